@@ -1,0 +1,56 @@
+# Build / set-up scaffolding for torch_zyx. Everything runs from the local .venv.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.stamp
+# Pinned on purpose: a loose `torch` requirement resolves to a multi-GB CUDA build.
+TORCH_VERSION := 2.13.0
+
+.PHONY: venv demo test test-ops bench lint ocl clean
+
+venv: $(STAMP)
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+# Re-run only when pyproject.toml changes (or the venv is new).
+$(STAMP): pyproject.toml | $(VPY)
+	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q torch==$(TORCH_VERSION)
+	$(VPY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: venv
+	$(VPY) -m torch_zyx.demo
+
+# OpenCL through PoCL (CPU). Non-fatal: without it the OpenCL tests skip with a reason.
+ocl: venv
+	@if ! command -v clinfo >/dev/null 2>&1 || ! ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "ocl: installing PoCL (pocl-opencl-icd ocl-icd-libopencl1 clinfo)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      pocl-opencl-icd ocl-icd-libopencl1 clinfo) >/dev/null 2>&1 \
+	      || echo "ocl: apt-get install of PoCL failed; OpenCL tests will be skipped"; \
+	  else \
+	    echo "ocl: no OpenCL ICD and cannot apt-get install (need root + apt-get); OpenCL tests will be skipped"; \
+	  fi; \
+	fi
+	@$(VPY) -c "import pyopencl" 2>/dev/null || $(VPY) -m pip install -q pyopencl \
+	  || echo "ocl: pip install pyopencl failed; OpenCL tests will be skipped"
+
+test: venv ocl
+	$(VPY) -m pytest -n auto -q tests
+
+test-ops: venv
+	ZYX_OPINFO_FULL=1 $(VPY) -m pytest -n auto -q tests/test_opinfo.py
+
+bench: venv
+	$(VPY) bench/bench.py
+
+lint: venv
+	@$(VPY) -m ruff --version >/dev/null 2>&1 || $(VPY) -m pip install -q ruff
+	$(VPY) -m ruff check .
+
+clean:
+	rm -rf build *.egg-info .pytest_cache .ruff_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

@@ -1,0 +1,62 @@
+"""torch_zyx: a lazy, fusing PyTorch device named ``zyx``.
+
+``import torch_zyx`` (or just ``import torch``, through the ``torch.backends`` entry point)
+registers the device: ``x.to("zyx")``, ``model.to("zyx")`` and ``torch.zyx.*`` then work.
+Flow: dispatch → lazy graph → kernelizer → loop IR → renderer → device (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .counters import counters, reset_counters
+from .tensor import supports_dtype
+
+__all__ = ["counters", "reset_counters", "supports_dtype", "synchronize"]
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    from . import device_module, dispatch  # noqa: F401  (dispatch registers the lowerings)
+    from .ops import factory
+
+    _setup_privateuseone_for_python_backend("zyx", backend_module=device_module.ZyxModule(),
+                                            hook=device_module.Hooks(), device_guard=device_module.Guard())
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", factory.empty_memory_format, "PrivateUse1")
+    lib.impl("empty_strided", factory.empty_strided, "PrivateUse1")
+    lib.impl("_copy_from", factory._copy_from, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    _LIBRARIES.append(lib)
+
+
+def _copy_from_and_resize(src, dst):
+    from .ops import factory
+
+    if tuple(dst.shape) != tuple(src.shape):
+        dst.resize_(src.shape)
+    return factory.copy_(dst, src)
+
+
+_LIBRARIES: list = []
+
+
+def synchronize() -> None:
+    from .device_module import synchronize as sync
+
+    sync()
+
+
+def _autoload() -> None:
+    """Entry point for PyTorch's device-extension autoload (``import torch`` loads zyx)."""
+    _register()
+
+
+_register()

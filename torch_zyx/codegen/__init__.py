@@ -1,0 +1,1 @@
+"""Code generation: kernel AST → loop IR (``lower``) → device source (renderers)."""

@@ -1,0 +1,356 @@
+"""LLVM IR renderer: loop IR → LLVM IR text for the CPU runtime.
+
+Stage 5 of the flow for the CPU device. All differences between dtypes live in the tables at
+the top (types, ALU formats, intrinsics, casts); ``render`` only walks the instructions.
+Half and bfloat16 are stored as such and computed in float, as PyTorch's CPU kernels do.
+Reductions use ``reassoc`` so LLVM may vectorize them; accumulators and loop counters are
+stack cells that LLVM promotes to registers.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from .. import dtypes
+from ..dtypes import DType
+from . import symbolic as sym
+from .ir import Instr, LoopKernel
+
+# ------------------------------------------------------------------------------- tables
+
+# In-memory type and in-register type per dtype.
+MEMORY_TYPE = {"float16": "half", "bfloat16": "bfloat", "float32": "float", "float64": "double",
+               "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "i8",
+               "uint64": "i64", "bool": "i8"}
+REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="i1")
+FLOAT_SUFFIX = {"float": "f32", "double": "f64"}
+
+# Binary ALU ops by dtype kind: "f" float, "i" signed, "u" unsigned/bool.
+BINARY_FORMAT = {
+    "add": {"f": "fadd nsz {t} {a}, {b}", "i": "add {t} {a}, {b}", "u": "add {t} {a}, {b}"},
+    "sub": {"f": "fsub nsz {t} {a}, {b}", "i": "sub {t} {a}, {b}", "u": "sub {t} {a}, {b}"},
+    "mul": {"f": "fmul nsz {t} {a}, {b}", "i": "mul {t} {a}, {b}", "u": "mul {t} {a}, {b}"},
+    "div": {"f": "fdiv {t} {a}, {b}", "i": "sdiv {t} {a}, {b}", "u": "udiv {t} {a}, {b}"},
+    "idiv": {"i": "sdiv {t} {a}, {b}", "u": "udiv {t} {a}, {b}"},
+    "mod": {"f": "frem {t} {a}, {b}", "i": "srem {t} {a}, {b}", "u": "urem {t} {a}, {b}"},
+    "and": {"i": "and {t} {a}, {b}", "u": "and {t} {a}, {b}"},
+    "or": {"i": "or {t} {a}, {b}", "u": "or {t} {a}, {b}"},
+    "xor": {"i": "xor {t} {a}, {b}", "u": "xor {t} {a}, {b}"},
+    "shl": {"i": "shl {t} {a}, {b}", "u": "shl {t} {a}, {b}"},
+    "shr": {"i": "ashr {t} {a}, {b}", "u": "lshr {t} {a}, {b}"},
+    "lt": {"f": "fcmp olt {t} {a}, {b}", "i": "icmp slt {t} {a}, {b}", "u": "icmp ult {t} {a}, {b}"},
+    "le": {"f": "fcmp ole {t} {a}, {b}", "i": "icmp sle {t} {a}, {b}", "u": "icmp ule {t} {a}, {b}"},
+    "eq": {"f": "fcmp oeq {t} {a}, {b}", "i": "icmp eq {t} {a}, {b}", "u": "icmp eq {t} {a}, {b}"},
+    "ne": {"f": "fcmp une {t} {a}, {b}", "i": "icmp ne {t} {a}, {b}", "u": "icmp ne {t} {a}, {b}"},
+    "max": {"f": "call {t} @llvm.maximum.{s}({t} {a}, {t} {b})", "i": "call {t} @llvm.smax.{s}({t} {a}, {t} {b})",
+            "u": "call {t} @llvm.umax.{s}({t} {a}, {t} {b})"},
+    "min": {"f": "call {t} @llvm.minimum.{s}({t} {a}, {t} {b})", "i": "call {t} @llvm.smin.{s}({t} {a}, {t} {b})",
+            "u": "call {t} @llvm.umin.{s}({t} {a}, {t} {b})"},
+    "pow": {"f": "call {t} @llvm.pow.{s}({t} {a}, {t} {b})"},
+    "copysign": {"f": "call {t} @llvm.copysign.{s}({t} {a}, {t} {b})"},
+    "atan2": {"f": "call {t} @{libm}({t} {a}, {t} {b})"},
+}
+# Reduction updates: like the binary op but free to reassociate (vectorizable).
+REDUCE_FORMAT = {
+    "rsum": {"f": "fadd reassoc nsz contract {t} {a}, {b}", "i": "add {t} {a}, {b}", "u": "or {t} {a}, {b}"},
+    "rprod": {"f": "fmul reassoc nsz contract {t} {a}, {b}", "i": "mul {t} {a}, {b}",
+              "u": "and {t} {a}, {b}"},
+    "rmax": BINARY_FORMAT["max"],
+    "rmin": BINARY_FORMAT["min"],
+}
+# Unary float ops: LLVM intrinsics, then libm functions (float versions get an "f" suffix).
+UNARY_INTRINSIC = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "sin": "sin",
+                   "cos": "cos", "floor": "floor", "ceil": "ceil", "round": "rint", "trunc": "trunc",
+                   "abs": "fabs"}
+UNARY_LIBM = {"tan", "erf", "erfc", "tanh", "expm1", "log1p", "atan", "asin", "acos", "sinh", "cosh", "asinh",
+              "acosh", "atanh", "lgamma"}
+BINARY_LIBM = {"atan2"}
+DEFINES = """declare float @llvm.{name}.f32(float)
+declare double @llvm.{name}.f64(double)"""
+
+
+def _kind(dtype: DType) -> str:
+    if dtype.kind == "f":
+        return "f"
+    return "i" if dtype.kind == "i" else "u"
+
+
+def float_literal(value: float, dtype: DType) -> str:
+    if dtype.name in ("float32", "float16", "bfloat16"):
+        value = struct.unpack("f", struct.pack("f", value))[0] if math.isfinite(value) else value
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
+
+
+def literal(value, dtype: DType) -> str:
+    if dtype.kind == "f":
+        return float_literal(float(value), dtype)
+    if dtype.kind == "b":
+        return "true" if value else "false"
+    return str(int(dtypes.python_value(dtype, value)))
+
+
+class LLVMRenderer:
+    def __init__(self, kernel: LoopKernel):
+        self.kernel = kernel
+        self.lines: list[str] = []
+        self.allocas: list[str] = []
+        self.declares: set[str] = set()
+        self.values: dict[int, str] = {}
+        self.vars: dict[str, str] = {}
+        self.expr_scopes: list[dict] = [{}]
+        self.counter = 0
+        self.block = "entry"
+        self.loops: dict[int, tuple[str, str, str, str]] = {}
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"%{prefix}{self.counter}"
+
+    def emit(self, text: str, prefix: str = "v") -> str:
+        name = self.fresh(prefix)
+        self.lines.append(f"  {name} = {text}")
+        return name
+
+    def rtype(self, dtype: DType) -> str:
+        return REGISTER_TYPE[dtype.name]
+
+    # ------------------------------------------------------------------ index expressions
+
+    def expr(self, e: sym.Expr) -> str:
+        """Render a symbolic index: i64 for arithmetic, i1 for conditions."""
+        for scope in reversed(self.expr_scopes):
+            if e.key in scope:
+                return scope[e.key]
+        if isinstance(e, sym.Num):
+            return str(e.value)
+        if isinstance(e, sym.Var):
+            return self.vars[e.name]
+        if isinstance(e, sym.Sum):
+            acc = self.expr(e.terms[0])
+            for term in e.terms[1:]:
+                acc = self.emit(f"add nsw i64 {acc}, {self.expr(term)}", "i")
+            out = acc
+        elif isinstance(e, sym.Mul):
+            out = self.emit(f"mul nsw i64 {self.expr(e.x)}, {e.factor}", "i")
+        elif isinstance(e, (sym.Div, sym.Mod)):
+            x = self.expr(e.x)
+            op = "div" if isinstance(e, sym.Div) else "rem"
+            if e.x.vmin >= 0:
+                out = self.emit(f"u{op} i64 {x}, {e.divisor}", "i")
+            else:
+                out = self._floor_divmod(x, e.divisor, op)
+        elif isinstance(e, sym.Lt):
+            out = self.emit(f"icmp slt i64 {self.expr(e.x)}, {e.bound}", "c")
+        elif isinstance(e, sym.And):
+            acc = self.expr(e.terms[0])
+            for term in e.terms[1:]:
+                acc = self.emit(f"and i1 {acc}, {self.expr(term)}", "c")
+            out = acc
+        else:
+            raise TypeError(e)
+        self.expr_scopes[-1][e.key] = out
+        return out
+
+    def _floor_divmod(self, x: str, d: int, op: str) -> str:
+        q = self.emit(f"sdiv i64 {x}, {d}", "i")
+        r = self.emit(f"srem i64 {x}, {d}", "i")
+        neg = self.emit(f"icmp slt i64 {r}, 0", "c")
+        if op == "div":
+            q1 = self.emit(f"sub i64 {q}, 1", "i")
+            return self.emit(f"select i1 {neg}, i64 {q1}, i64 {q}", "i")
+        r1 = self.emit(f"add i64 {r}, {d}", "i")
+        return self.emit(f"select i1 {neg}, i64 {r1}, i64 {r}", "i")
+
+    # ------------------------------------------------------------------ instructions
+
+    def cast(self, value: str, src: DType, dst: DType) -> str:
+        st, dt = self.rtype(src), self.rtype(dst)
+        if st == dt:
+            return value
+        if dst.kind == "b":
+            if src.kind == "f":
+                return self.emit(f"fcmp une {st} {value}, 0.0")
+            return self.emit(f"icmp ne {st} {value}, 0")
+        if src.kind == "b":
+            if dst.kind == "f":
+                return self.emit(f"uitofp i1 {value} to {dt}")
+            return self.emit(f"zext i1 {value} to {dt}")
+        if src.kind == "f" and dst.kind == "f":
+            op = "fpext" if st == "float" else "fptrunc"
+            return self.emit(f"{op} {st} {value} to {dt}")
+        if src.kind == "f":
+            return self.emit(f"{'fptosi' if dst.kind == 'i' else 'fptoui'} {st} {value} to {dt}")
+        if dst.kind == "f":
+            return self.emit(f"{'sitofp' if src.kind == 'i' else 'uitofp'} {st} {value} to {dt}")
+        sbits, dbits = src.itemsize * 8, dst.itemsize * 8
+        if sbits > dbits:
+            return self.emit(f"trunc {st} {value} to {dt}")
+        return self.emit(f"{'sext' if src.kind == 'i' else 'zext'} {st} {value} to {dt}")
+
+    def alu(self, op: str, dtype: DType, args: list[str], src_dtype: DType) -> str:
+        t = self.rtype(src_dtype)
+        kind = _kind(src_dtype)
+        if len(args) == 1:
+            return self.unary(op, src_dtype, args[0])
+        table = REDUCE_FORMAT if op.startswith("r") and op in REDUCE_FORMAT else BINARY_FORMAT
+        if src_dtype.kind == "b" and op in ("max", "rmax"):
+            return self.emit(f"or i1 {args[0]}, {args[1]}")
+        if src_dtype.kind == "b" and op in ("min", "rmin"):
+            return self.emit(f"and i1 {args[0]}, {args[1]}")
+        fmt = table[op][kind]
+        suffix = FLOAT_SUFFIX.get(t, t)
+        if "@llvm." in fmt:
+            name = fmt.split("@")[1].split("(")[0].format(s=suffix)
+            self.declares.add(f"declare {t} @{name}({t}, {t})")
+        libm = None
+        if op in BINARY_LIBM:
+            libm = op + ("f" if t == "float" else "")
+            self.declares.add(f"declare {t} @{libm}({t}, {t})")
+        return self.emit(fmt.format(t=t, a=args[0], b=args[1], s=suffix, libm=libm))
+
+    def unary(self, op: str, dtype: DType, x: str) -> str:
+        t = self.rtype(dtype)
+        if op == "neg":
+            return self.emit(f"fneg {t} {x}" if dtype.kind == "f" else f"sub {t} 0, {x}")
+        if op == "not":
+            return self.emit(f"xor {t} {x}, {'true' if t == 'i1' else -1}")
+        if op == "recip":
+            return self.emit(f"fdiv {t} {float_literal(1.0, dtype)}, {x}")
+        if op == "isnan":
+            return self.emit(f"fcmp uno {t} {x}, {x}")
+        if op == "abs" and dtype.kind != "f":
+            if dtype.kind in "ub":
+                return x
+            self.declares.add(f"declare {t} @llvm.abs.{t}({t}, i1)")
+            return self.emit(f"call {t} @llvm.abs.{t}({t} {x}, i1 false)")
+        if op in UNARY_INTRINSIC:
+            name = f"llvm.{UNARY_INTRINSIC[op]}.{FLOAT_SUFFIX[t]}"
+        elif op in UNARY_LIBM:
+            name = op + ("f" if t == "float" else "")
+        else:
+            raise NotImplementedError(f"unary {op} on {dtype}")
+        self.declares.add(f"declare {t} @{name}({t})")
+        return self.emit(f"call {t} @{name}({t} {x})")
+
+    def render(self) -> str:
+        k = self.kernel
+        instrs = k.instrs
+        out_args = []
+        for i, ins in enumerate(instrs):
+            self.render_instr(i, ins, instrs)
+        body = "\n".join(self.lines)
+        head = (f"define void @{k.name}(ptr noalias %bufs, ptr noalias %params, i64 %start, i64 %end) "
+                f"#0 {{\nentry:\n" + "\n".join(self.allocas))
+        del out_args
+        declares = "\n".join(sorted(self.declares))
+        return (f"{declares}\n\n{head}\n{body}\n  ret void\n}}\n\n"
+                'attributes #0 = { nounwind "no-trapping-math"="true" }\n')
+
+    def render_instr(self, i: int, ins: Instr, instrs: list[Instr]) -> None:
+        op = ins.op
+        if op == "BUF":
+            slot_ptr = self.emit(f"getelementptr ptr, ptr %bufs, i64 {ins.arg}", "p")
+            self.values[i] = self.emit(f"load ptr, ptr {slot_ptr}, !invariant.load !0", "b")
+        elif op == "PARAM":
+            ptr = self.emit(f"getelementptr i64, ptr %params, i64 {ins.arg}", "p")
+            self.values[i] = self.emit(f"load i64, ptr {ptr}", "q")
+        elif op == "CONST":
+            self.values[i] = literal(ins.arg, ins.dtype)
+        elif op == "INDEX":
+            self.values[i] = self.expr(ins.arg)
+        elif op == "RANGE":
+            self.open_loop(i, ins)
+        elif op == "ENDRANGE":
+            self.close_loop(ins.srcs[0])
+        elif op == "LOAD":
+            self.values[i] = self.load(ins)
+        elif op == "STORE":
+            buf, index, value = (self.values[s] for s in ins.srcs)
+            dtype = instrs[ins.srcs[2]].dtype
+            mt = MEMORY_TYPE[dtype.name]
+            value = self.to_memory(value, dtype)
+            ptr = self.emit(f"getelementptr inbounds {mt}, ptr {buf}, i64 {index}", "p")
+            self.lines.append(f"  store {mt} {value}, ptr {ptr}")
+        elif op == "ALU":
+            srcs = [self.values[s] for s in ins.srcs]
+            self.values[i] = self.alu(ins.arg, ins.dtype, srcs, instrs[ins.srcs[0]].dtype)
+        elif op == "CAST":
+            self.values[i] = self.cast(self.values[ins.srcs[0]], instrs[ins.srcs[0]].dtype, ins.dtype)
+        elif op == "WHERE":
+            c, a, b = (self.values[s] for s in ins.srcs)
+            t = self.rtype(ins.dtype)
+            self.values[i] = self.emit(f"select i1 {c}, {t} {a}, {t} {b}")
+        elif op == "ACC":
+            t = self.rtype(ins.dtype)
+            cell = f"%acc{i}"
+            self.allocas.append(f"  {cell} = alloca {t}")
+            self.lines.append(f"  store {t} {literal(ins.arg, ins.dtype)}, ptr {cell}")
+            self.values[i] = cell
+        elif op == "ACC_GET":
+            self.values[i] = self.emit(f"load {self.rtype(ins.dtype)}, ptr {self.values[ins.srcs[0]]}")
+        elif op == "ACC_SET":
+            acc, value = ins.srcs
+            t = self.rtype(instrs[acc].dtype)
+            self.lines.append(f"  store {t} {self.values[value]}, ptr {self.values[acc]}")
+        else:
+            raise NotImplementedError(op)
+
+    def to_memory(self, value: str, dtype: DType) -> str:
+        if dtype.kind == "b":
+            return self.emit(f"zext i1 {value} to i8")
+        if dtype.name in ("float16", "bfloat16"):
+            return self.emit(f"fptrunc float {value} to {MEMORY_TYPE[dtype.name]}")
+        return value
+
+    def load(self, ins: Instr) -> str:
+        buf, index = self.values[ins.srcs[0]], self.values[ins.srcs[1]]
+        dtype = ins.dtype
+        mt = MEMORY_TYPE[dtype.name]
+        valid = self.values[ins.srcs[2]] if len(ins.srcs) > 2 else None
+        if valid is not None:
+            index = self.emit(f"select i1 {valid}, i64 {index}, i64 0", "i")
+        ptr = self.emit(f"getelementptr inbounds {mt}, ptr {buf}, i64 {index}", "p")
+        value = self.emit(f"load {mt}, ptr {ptr}")
+        if dtype.kind == "b":
+            value = self.emit(f"icmp ne i8 {value}, 0")
+        elif dtype.name in ("float16", "bfloat16"):
+            value = self.emit(f"fpext {mt} {value} to float")
+        if valid is not None:
+            zero = literal(0, dtype) if dtype.kind != "f" else float_literal(0.0, dtypes.float32)
+            value = self.emit(f"select i1 {valid}, {self.rtype(dtype)} {value}, {self.rtype(dtype)} {zero}")
+        return value
+
+    def open_loop(self, i: int, ins: Instr) -> None:
+        name, start, end = ins.arg
+        start = "%start" if start == "start" else str(start)
+        end = "%end" if end == "end" else str(end)
+        head, body, latch, exit_ = (f"L{i}_{part}" for part in ("head", "body", "latch", "exit"))
+        counter = f"%ctr{i}"
+        self.allocas.append(f"  {counter} = alloca i64")
+        self.lines.append(f"  store i64 {start}, ptr {counter}")
+        self.lines.append(f"  br label %{head}")
+        self.lines.append(f"{head}:")
+        var = self.emit(f"load i64, ptr {counter}", "r")
+        cond = self.emit(f"icmp slt i64 {var}, {end}", "c")
+        self.lines.append(f"  br i1 {cond}, label %{body}, label %{exit_}")
+        self.lines.append(f"{body}:")
+        self.vars[name] = var
+        self.values[i] = var
+        self.loops[i] = (head, latch, exit_, counter)
+        self.expr_scopes.append({})
+
+    def close_loop(self, rng: int) -> None:
+        head, latch, exit_, counter = self.loops[rng]
+        self.expr_scopes.pop()
+        self.lines.append(f"  br label %{latch}")
+        self.lines.append(f"{latch}:")
+        nxt = self.emit(f"add nsw i64 {self.values[rng]}, 1", "r")
+        self.lines.append(f"  store i64 {nxt}, ptr {counter}")
+        self.lines.append(f"  br label %{head}, !llvm.loop !1")
+        self.lines.append(f"{exit_}:")
+
+
+def render(kernel: LoopKernel) -> str:
+    source = LLVMRenderer(kernel).render()
+    return source + '!0 = !{}\n!1 = distinct !{!1, !2}\n!2 = !{!"llvm.loop.mustprogress"}\n'

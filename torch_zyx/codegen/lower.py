@@ -1,0 +1,358 @@
+"""Lowering: one scheduled kernel (AST of lazy nodes) → loop IR.
+
+Stage 4 of the flow. Views become symbolic index arithmetic (``symbolic``), padding becomes
+masks, reduces become inner loops with accumulators. Elementwise kernels iterate over the flat
+output index (views of the same layout then cancel to that index, so the loop vectorizes);
+kernels with reduces iterate over the output dims, may compute several neighbouring outputs
+per iteration ("upcast", the register tile of matmul-shaped reduces), and loop over the
+reduced axes inside. The outermost loop is what the runtime splits across threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from .. import dtypes
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from ..lazy.kernelize import ScheduledKernel
+from . import symbolic as sym
+from .ir import Instr, LoopKernel
+from .symbolic import Expr
+
+_REDUCE_INIT = {"sum": 0, "prod": 1}
+_UPCAST_INNER = 16
+_UPCAST_OUTER = 4
+
+
+class Index:
+    """Where one lane of a node is read: per-axis index expressions and/or the flat index."""
+
+    __slots__ = ("shape", "_dims", "_linear", "valid")
+
+    def __init__(self, shape, dims=None, linear=None, valid: Expr = sym.TRUE):
+        self.shape, self._dims, self._linear, self.valid = tuple(shape), dims, linear, valid
+
+    @property
+    def dims(self) -> tuple[Expr, ...]:
+        if self._dims is None:
+            strides = g.contiguous_strides(self.shape)
+            self._dims = tuple(sym.mod(sym.div(self._linear, st), sz) if sz > 1 else sym.Num(0)
+                               for st, sz in zip(strides, self.shape))
+        return self._dims
+
+    @property
+    def linear(self) -> Expr:
+        if self._linear is None:
+            total: Expr = sym.Num(0)
+            for d, st in zip(self.dims, g.contiguous_strides(self.shape)):
+                total = sym.add(total, sym.mul(d, st))
+            self._linear = total
+        return self._linear
+
+    def key(self) -> tuple:
+        return (tuple(d.key for d in self.dims), self.valid.key)
+
+
+def _reduce_init(op: str, dtype) -> object:
+    if op in _REDUCE_INIT:
+        return dtypes.python_value(dtype, _REDUCE_INIT[op])
+    if dtype.is_float:
+        return float("-inf") if op == "max" else float("inf")
+    if dtype.kind == "b":
+        return op == "min"
+    bits = dtype.itemsize * 8
+    if dtype.kind == "u":
+        return 0 if op == "max" else (1 << bits) - 1
+    return -(1 << (bits - 1)) if op == "max" else (1 << (bits - 1)) - 1
+
+
+def _has_reduce(node: Node, seen: set) -> bool:
+    if id(node) in seen:
+        return False
+    seen.add(id(node))
+    return node.op == "REDUCE" or any(_has_reduce(s, seen) for s in node.srcs)
+
+
+def _reduce_size(node: Node, seen: set) -> int:
+    """Largest product of reduced extents along any path (the inner work per output)."""
+    if id(node) in seen:
+        return 1
+    seen.add(id(node))
+    inner = max((_reduce_size(s, seen) for s in node.srcs), default=1)
+    if node.op == "REDUCE":
+        src = node.srcs[0]
+        return inner * math.prod(src.shape[a] for a in node.arg[1])
+    return inner
+
+
+class Lowerer:
+    def __init__(self, kernel: ScheduledKernel, name: str, buffer_dtypes: list):
+        self.kernel = kernel
+        self.name = name
+        self.buffer_dtypes = buffer_dtypes
+        self.instrs: list[Instr] = []
+        self.scopes: list[dict] = [{}]
+        self.var_count = 0
+        self.flops = 0
+
+    # ------------------------------------------------------------------ instruction helpers
+
+    def add(self, op: str, dtype, srcs: tuple[int, ...] = (), arg=None, pure: bool = True) -> int:
+        key = (op, dtype, srcs, arg.key if isinstance(arg, Expr) else arg) if pure else None
+        if key is not None:
+            for scope in reversed(self.scopes):
+                if key in scope:
+                    return scope[key]
+        self.instrs.append(Instr(op, dtype, srcs, arg))
+        index = len(self.instrs) - 1
+        if key is not None:
+            self.scopes[-1][key] = index
+        return index
+
+    def const(self, value, dtype) -> int:
+        return self.add("CONST", dtype, (), dtypes.python_value(dtype, value))
+
+    def index(self, expr: Expr) -> int:
+        return self.add("INDEX", dtypes.int64, (), expr)
+
+    def new_var(self, size: int) -> sym.Var:
+        self.var_count += 1
+        return sym.Var(f"r{self.var_count}", 0, size - 1)
+
+    def open_range(self, var: sym.Var, start, end) -> int:
+        rng = self.add("RANGE", dtypes.int64, (), (var.name, start, end), pure=False)
+        self.scopes.append({})
+        return rng
+
+    def close_range(self, rng: int) -> None:
+        self.scopes.pop()
+        self.add("ENDRANGE", None, (rng,), pure=False)
+
+    # ------------------------------------------------------------------ emission
+
+    def emit(self, node: Node, lanes: list[Index]) -> list[int]:
+        op = node.op
+        if op == "REDUCE":
+            return self.emit_reduce(node, lanes)
+        out = []
+        for lane in lanes:
+            key = ("node", id(node), lane.key())
+            found = None
+            for scope in reversed(self.scopes):
+                if key in scope:
+                    found = scope[key]
+                    break
+            if found is None:
+                found = self.emit_one(node, lane)
+                self.scopes[-1][key] = found
+            out.append(found)
+        return out
+
+    def emit_one(self, node: Node, idx: Index) -> int:
+        op, arg = node.op, node.arg
+        if op == "CONST":
+            return self.const(arg, node.dtype)
+        if op == "LOAD":
+            buf = self.add("BUF", node.dtype, (), arg)
+            if idx.valid.key == sym.TRUE.key:
+                return self.add("LOAD", node.dtype, (buf, self.index(idx.linear)))
+            return self.add("LOAD", node.dtype, (buf, self.index(idx.linear), self.index(idx.valid)))
+        if op == "RANDOM":
+            return self.emit_random(node, idx)
+        if op == "IOTA":
+            return self.index(idx.linear)
+        if op in g.MOVEMENT:
+            (value,) = self.emit(node.srcs[0], [self.move(node, idx)])
+            if op == "PAD":
+                valid = self.pad_valid(node, idx)
+                if valid.key != sym.TRUE.key:
+                    zero = self.const(0, node.dtype)
+                    return self.add("WHERE", node.dtype, (self.index(valid), value, zero))
+            return value
+        srcs = []
+        for src in node.srcs:
+            (value,) = self.emit(src, [idx])
+            srcs.append(value)
+        self.flops += 1
+        if op == "CAST":
+            return self.add("CAST", node.dtype, tuple(srcs))
+        if op == "WHERE":
+            return self.add("WHERE", node.dtype, tuple(srcs))
+        return self.add("ALU", node.dtype, tuple(srcs), arg)
+
+    def pad_valid(self, node: Node, idx: Index) -> Expr:
+        src = node.srcs[0]
+        conds = []
+        for d, (before, _after), size in zip(idx.dims, node.arg, src.shape):
+            conds.append(sym.ge(d, before))
+            conds.append(sym.lt(d, before + size))
+        return sym.and_(*conds)
+
+    def move(self, node: Node, idx: Index) -> Index:
+        """The index into ``node``'s source for output index ``idx``."""
+        op, arg, src = node.op, node.arg, node.srcs[0]
+        if op == "RESHAPE":
+            if idx._linear is None and _is_unit_reshape(src.shape, node.shape):
+                dims = iter(d for d, s in zip(idx.dims, node.shape) if s != 1)
+                return Index(src.shape, tuple(next(dims) if s != 1 else sym.Num(0) for s in src.shape),
+                             valid=idx.valid)
+            return Index(src.shape, linear=idx.linear, valid=idx.valid)
+        if op == "PERMUTE":
+            dims: list[Expr] = [sym.Num(0)] * len(arg)
+            for i, axis in enumerate(arg):
+                dims[axis] = idx.dims[i]
+            return Index(src.shape, tuple(dims), valid=idx.valid)
+        if op == "EXPAND":
+            dims = tuple(sym.Num(0) if s == 1 else d for d, s in zip(idx.dims, src.shape))
+            return Index(src.shape, dims, valid=idx.valid)
+        if op == "PAD":
+            dims = tuple(sym.add(d, sym.Num(-before)) for d, (before, _a) in zip(idx.dims, arg))
+            valid = sym.and_(idx.valid, self.pad_valid(node, idx))
+            # Out-of-range lanes read element 0 (masked), so clamp the symbolic range.
+            return Index(src.shape, tuple(_clamp(d, s) for d, s in zip(dims, src.shape)), valid=valid)
+        if op == "SHRINK":
+            dims = tuple(sym.add(d, sym.Num(begin)) for d, (begin, _e) in zip(idx.dims, arg))
+            return Index(src.shape, dims, valid=idx.valid)
+        if op == "FLIP":
+            dims = tuple(sym.add(sym.mul(d, -1), sym.Num(s - 1)) if i in arg else d
+                         for i, (d, s) in enumerate(zip(idx.dims, node.shape)))
+            return Index(src.shape, dims, valid=idx.valid)
+        if op == "STRIDED":
+            shape, strides, offset = arg
+            if strides == g.contiguous_strides(shape):
+                linear = sym.add(idx.linear, sym.Num(offset))
+            else:
+                linear = sym.Num(offset)
+                for d, st in zip(idx.dims, strides):
+                    linear = sym.add(linear, sym.mul(d, st))
+            return Index(src.shape, linear=linear, valid=idx.valid)
+        raise NotImplementedError(op)
+
+    def emit_reduce(self, node: Node, lanes: list[Index]) -> list[int]:
+        rop, axes = node.arg
+        src = node.srcs[0]
+        dtype = node.dtype
+        accs = [self.add("ACC", dtype, (), _reduce_init(rop, dtype), pure=False) for _ in lanes]
+        ranges, vars_ = [], []
+        for axis in axes:
+            var = self.new_var(src.shape[axis])
+            vars_.append(var)
+            ranges.append(self.open_range(var, 0, src.shape[axis]))
+        src_lanes = []
+        for lane in lanes:
+            dims = list(lane.dims)
+            for axis, var in zip(axes, vars_):
+                dims[axis] = var
+            src_lanes.append(Index(src.shape, tuple(dims), valid=lane.valid))
+        values = self.emit(src, src_lanes)
+        for acc, value in zip(accs, values):
+            current = self.add("ACC_GET", dtype, (acc,), pure=False)
+            self.add("ACC_SET", None, (acc, self.add("ALU", dtype, (current, value), "r" + rop, pure=False)),
+                     pure=False)
+        self.flops += len(lanes)
+        for rng in reversed(ranges):
+            self.close_range(rng)
+        return [self.add("ACC_GET", dtype, (acc,), pure=False) for acc in accs]
+
+    def emit_random(self, node: Node, idx: Index) -> int:
+        """Counter-based uniform [0, 1): splitmix64(seed ^ (offset + flat index))."""
+        u64 = dtypes.uint64
+        seed = self.add("PARAM", u64, (), node.arg[0])
+        offset = self.add("PARAM", u64, (), node.arg[1])
+        counter = self.add("ALU", u64, (offset, self.add("CAST", u64, (self.index(idx.linear),))), "add")
+        z = self.add("ALU", u64, (counter, self.add("ALU", u64, (seed, self.const(0x9E3779B97F4A7C15, u64)),
+                                                     "mul")), "xor")
+        z = self.add("ALU", u64, (z, self.const(0x9E3779B97F4A7C15, u64)), "add")
+        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            z = self.add("ALU", u64, (z, self.add("ALU", u64, (z, self.const(shift, u64)), "shr")), "xor")
+            z = self.add("ALU", u64, (z, self.const(mult, u64)), "mul")
+        z = self.add("ALU", u64, (z, self.add("ALU", u64, (z, self.const(31, u64)), "shr")), "xor")
+        top = self.add("ALU", u64, (z, self.const(40, u64)), "shr")
+        as_float = self.add("CAST", dtypes.float32, (top,))
+        return self.add("ALU", dtypes.float32, (as_float, self.const(2.0 ** -24, dtypes.float32)), "mul")
+
+    # ------------------------------------------------------------------ kernel structure
+
+    def lower(self) -> LoopKernel:
+        kernel = self.kernel
+        shape = kernel.stores[0].value.shape if kernel.stores[0].view is None else kernel.stores[0].value.shape
+        values = [s.value for s in kernel.stores]
+        seen: set = set()
+        reduces = any(_has_reduce(v, seen) for v in values)
+        numel = math.prod(shape)
+        inner_work = max(_reduce_size(v, set()) for v in values)
+        if not reduces:
+            var = sym.Var("gidx", 0, max(numel - 1, 0))
+            rng = self.open_range(var, "start", "end")
+            lanes = [Index(shape, linear=var)]
+            self.emit_stores(lanes)
+            self.close_range(rng)
+            global_size = numel
+        else:
+            global_size = self.lower_reduce_kernel(shape)
+        nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
+        return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
+                          work=numel * inner_work, flops=self.flops * numel // max(1, 1), bytes=nbytes)
+
+    def lower_reduce_kernel(self, shape: tuple[int, ...]) -> int:
+        axes = [i for i, s in enumerate(shape) if s > 1]
+        factors = {a: 1 for a in axes}
+        if len(axes) >= 2 and shape[axes[-1]] % _UPCAST_INNER == 0:
+            factors[axes[-1]] = _UPCAST_INNER
+            if shape[axes[-2]] % _UPCAST_OUTER == 0:
+                factors[axes[-2]] = _UPCAST_OUTER
+        dims_base: dict[int, Expr] = {}
+        ranges = []
+        global_size = 1
+        for n, axis in enumerate(axes):
+            steps = shape[axis] // factors[axis]
+            var = self.new_var(steps)
+            if n == 0:
+                ranges.append(self.open_range(var, "start", "end"))
+                global_size = steps
+            else:
+                ranges.append(self.open_range(var, 0, steps))
+            dims_base[axis] = sym.mul(var, factors[axis])
+        lanes = []
+        offsets = [range(factors[a]) for a in axes]
+        for combo in itertools.product(*offsets):
+            dims = [sym.Num(0)] * len(shape)
+            for axis, off in zip(axes, combo):
+                dims[axis] = sym.add(dims_base[axis], sym.Num(off))
+            lanes.append(Index(shape, tuple(dims)))
+        self.emit_stores(lanes)
+        for rng in reversed(ranges):
+            self.close_range(rng)
+        return max(global_size, 1)
+
+    def emit_stores(self, lanes: list[Index]) -> None:
+        for store in self.kernel.stores:
+            slot = self.kernel.slots.index(("tmp", store.target))
+            buf = self.add("BUF", store.value.dtype, (), slot)
+            values = self.emit(store.value, lanes)
+            for lane, value in zip(lanes, values):
+                if store.view is None:
+                    target = lane.linear
+                else:
+                    _shape, strides, offset = store.view
+                    target = sym.Num(offset)
+                    for d, st in zip(lane.dims, strides):
+                        target = sym.add(target, sym.mul(d, st))
+                self.add("STORE", None, (buf, self.index(target), value), pure=False)
+
+
+def _is_unit_reshape(src_shape, shape) -> bool:
+    return [s for s in src_shape if s != 1] == [s for s in shape if s != 1]
+
+
+def _clamp(d: Expr, size: int) -> Expr:
+    if 0 <= d.vmin and d.vmax < size:
+        return d
+    # A masked lane may compute an out-of-range index; the LOAD's mask guards the access.
+    return d
+
+
+def lower(kernel: ScheduledKernel, name: str, buffer_dtypes: list) -> LoopKernel:
+    return Lowerer(kernel, name, buffer_dtypes).lower()

@@ -1,0 +1,95 @@
+"""Configuration: every ``ZYX_*`` environment variable and config.json setting, read in one place.
+
+Every other module asks this one; nothing else reads ``os.environ``. Values are read once at
+import; tests that need other values change the attributes of ``CONFIG`` directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("torch_zyx")
+
+# ZYX_DEBUG bits (DESIGN.md, "Configuration and debugging").
+DEBUG_DEVICES = 1
+DEBUG_PERF = 2
+DEBUG_SCHEDULE = 4
+DEBUG_IR = 8
+DEBUG_SOURCE = 16
+DEBUG_LAUNCHES = 32
+DEBUG_ALLOCATIONS = 64
+DEBUG_COMPILE = 128
+DEBUG_AUTOTUNE = 256
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value.strip() else default
+    except ValueError:
+        log.warning("ignoring %s=%r: not an integer", name, value)
+        return default
+
+
+def _cache_dir() -> Path:
+    explicit = os.environ.get("ZYX_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "zyx"
+
+
+def _config_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "zyx" / "config.json"
+
+
+@dataclass
+class Config:
+    debug: int = 0
+    cpu_fallback: bool = True
+    backends: list[str] = field(default_factory=lambda: ["cpu"])
+    threads: int = 1
+    max_pending: int = 10000
+    cache_dir: Path = field(default_factory=_cache_dir)
+    autotune: bool = False
+    disk_cache: bool = True
+
+    def debug_on(self, bit: int) -> bool:
+        return bool(self.debug & bit)
+
+
+def _load() -> Config:
+    config = Config(
+        debug=_env_int("ZYX_DEBUG", 0),
+        cpu_fallback=_env_int("ZYX_CPU_FALLBACK", 1) != 0,
+        threads=max(1, _env_int("ZYX_THREADS", os.cpu_count() or 1)),
+        max_pending=max(16, _env_int("ZYX_MAX_PENDING", 10000)),
+        autotune=_env_int("ZYX_AUTOTUNE", 0) != 0,
+        disk_cache=_env_int("ZYX_DISK_CACHE", 1) != 0,
+    )
+    file_backends = None
+    path = _config_file()
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+            file_backends = data.get("backends")
+            config.autotune = bool(data.get("autotune", config.autotune))
+        except (OSError, ValueError, AttributeError) as exc:
+            if config.debug & DEBUG_DEVICES:
+                print(f"zyx: ignoring invalid {path}: {exc}")
+    elif config.debug & DEBUG_DEVICES:
+        print(f"zyx: no config file at {path}, using defaults")
+    env_backends = os.environ.get("ZYX_BACKENDS")
+    if env_backends:
+        config.backends = [name.strip() for name in env_backends.split(",") if name.strip()]
+    elif isinstance(file_backends, list) and file_backends:
+        config.backends = [str(name) for name in file_backends]
+    return config
+
+
+CONFIG = _load()

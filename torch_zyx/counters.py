@@ -1,0 +1,21 @@
+"""Process-wide counters (``torch_zyx.counters()``): what the pipeline did, for tests and users."""
+
+from __future__ import annotations
+
+NAMES = ("kernels_launched", "kernels_compiled", "realizations", "schedule_cache_hits",
+         "schedule_cache_misses", "cpu_fallbacks", "bytes_allocated", "kernelizer_runs")
+
+_values = dict.fromkeys(NAMES, 0)
+
+
+def bump(name: str, amount: int = 1) -> None:
+    _values[name] += amount
+
+
+def counters() -> dict[str, int]:
+    return dict(_values)
+
+
+def reset_counters() -> None:
+    for name in NAMES:
+        _values[name] = 0

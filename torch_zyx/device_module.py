@@ -1,0 +1,178 @@
+"""``torch.zyx``: the device module (as ``torch.cuda``), the device guard and the hooks.
+
+Registered by ``torch_zyx._register`` through PyTorch's PrivateUse1 Python-backend setup.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import random
+from .realize import devices
+
+_current = [0]
+_initialized = [False]
+
+
+def _ctx(index=None):
+    all_devices = devices()
+    _initialized[0] = True
+    index = _current[0] if index is None else (index.index if isinstance(index, torch.device) else index)
+    index = 0 if index is None else int(index)
+    if not 0 <= index < len(all_devices):
+        raise RuntimeError(f"zyx: invalid device index {index} ({len(all_devices)} zyx devices)")
+    return all_devices[index]
+
+
+def is_available() -> bool:
+    return len(devices()) > 0
+
+
+def device_count() -> int:
+    return len(devices())
+
+
+def current_device() -> int:
+    return _current[0]
+
+
+def set_device(device) -> None:
+    index = device.index if isinstance(device, torch.device) else device
+    _ctx(index)
+    _current[0] = int(index)
+
+
+def is_initialized() -> bool:
+    return _initialized[0]
+
+
+def synchronize(device=None) -> None:
+    from .tensor import realize_all
+
+    realize_all()
+    if device is None:
+        for ctx in devices():
+            ctx.synchronize()
+    else:
+        _ctx(device).synchronize()
+
+
+def manual_seed(seed: int) -> None:
+    random.manual_seed(seed, _current[0])
+
+
+def manual_seed_all(seed: int) -> None:
+    for ctx in devices():
+        random.manual_seed(seed, ctx.index)
+
+
+def seed() -> None:
+    import time
+
+    manual_seed(time.time_ns())
+
+
+def seed_all() -> None:
+    import time
+
+    manual_seed_all(time.time_ns())
+
+
+def initial_seed() -> int:
+    return random.seed_of(_current[0])
+
+
+def get_rng_state(device=None) -> torch.Tensor:
+    index = _ctx(device).index
+    return torch.frombuffer(bytearray(random.get_state(index)), dtype=torch.uint8)
+
+
+def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+    index = _ctx(device).index
+    random.set_state(bytes(new_state.to(torch.uint8).cpu().numpy().tobytes()), index)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(states) -> None:
+    for i, state in enumerate(states):
+        set_rng_state(state, i)
+
+
+def memory_allocated(device=None) -> int:
+    return _ctx(device).pool.allocated
+
+
+def max_memory_allocated(device=None) -> int:
+    return _ctx(device).pool.max_allocated
+
+
+def memory_reserved(device=None) -> int:
+    return _ctx(device).pool.reserved
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    pool = _ctx(device).pool
+    pool.max_allocated = pool.allocated
+
+
+def empty_cache() -> None:
+    for ctx in devices():
+        ctx.pool.empty_cache()
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.float16, torch.bfloat16]
+
+
+class ZyxModule:
+    """The object registered as ``torch.zyx``."""
+
+    is_available = staticmethod(is_available)
+    device_count = staticmethod(device_count)
+    current_device = staticmethod(current_device)
+    set_device = staticmethod(set_device)
+    is_initialized = staticmethod(is_initialized)
+    synchronize = staticmethod(synchronize)
+    manual_seed = staticmethod(manual_seed)
+    manual_seed_all = staticmethod(manual_seed_all)
+    seed = staticmethod(seed)
+    seed_all = staticmethod(seed_all)
+    initial_seed = staticmethod(initial_seed)
+    get_rng_state = staticmethod(get_rng_state)
+    set_rng_state = staticmethod(set_rng_state)
+    get_rng_state_all = staticmethod(get_rng_state_all)
+    set_rng_state_all = staticmethod(set_rng_state_all)
+    memory_allocated = staticmethod(memory_allocated)
+    max_memory_allocated = staticmethod(max_memory_allocated)
+    memory_reserved = staticmethod(memory_reserved)
+    reset_peak_memory_stats = staticmethod(reset_peak_memory_stats)
+    empty_cache = staticmethod(empty_cache)
+    _is_in_bad_fork = staticmethod(_is_in_bad_fork)
+    get_amp_supported_dtype = staticmethod(get_amp_supported_dtype)
+
+    @staticmethod
+    def _lazy_init() -> None:
+        _ctx()
+
+
+class Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1

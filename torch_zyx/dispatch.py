@@ -1,0 +1,183 @@
+"""Dispatch: aten calls on zyx tensors → lowerings, decompositions or (last resort) the CPU.
+
+Stage 1 of the flow. ``ZyxTensor.__torch_dispatch__`` lands here. Order of resolution:
+  1. a lowering registered for the exact overload (``ops.registry.LOWERINGS``);
+  2. in-place (``op_``) and ``out=`` forms of a lowered functional op: compute, then write
+     into the destination's storage region (tensor.write);
+  3. a PyTorch decomposition (``torch._decomp``) into ops that are lowered;
+  4. CPU fallback: copy inputs to CPU, run there, copy results back — counted, warned once,
+     or ``NotImplementedError`` when ``ZYX_CPU_FALLBACK=0``.
+This module also registers the factory kernels that never reach the Python key.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+
+import torch
+from torch._decomp import decomposition_table
+from torch.utils._pytree import tree_map
+
+from .counters import bump
+from .config import CONFIG
+from .ops import registry
+from .tensor import ZyxTensor, from_cpu, read, to_cpu, wrap, write
+
+log = logging.getLogger("torch_zyx")
+aten = torch.ops.aten
+_warned: set[str] = set()
+
+# Ops whose decomposition is worse than the CPU (none yet) or wrong for us are skipped here.
+_NO_DECOMPOSE: set = set()
+
+
+@functools.lru_cache(maxsize=None)
+def _functional_of(func):
+    """The functional overload computing what in-place/out ``func`` writes, or None."""
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    if func._overloadname == "out" or any(a.is_out for a in schema.arguments):
+        base = name
+    elif name.endswith("_") and not name.endswith("__"):
+        base = name[:-1]
+    else:
+        return None
+    packet = getattr(aten, base, None)
+    if packet is None:
+        return None
+    wanted = [a.name for a in schema.arguments if not a.is_out]
+    if base != name:  # in-place: same arguments
+        candidates = [func._overloadname]
+    else:
+        candidates = packet.overloads()
+    for overload in candidates:
+        candidate = getattr(packet, overload, None)
+        if candidate is None or candidate._schema.is_mutable:
+            continue
+        names = [a.name for a in candidate._schema.arguments]
+        if names == wanted:
+            return candidate
+    return None
+
+
+def _out_args(func, kwargs):
+    return [kwargs[a.name] for a in func._schema.arguments if a.is_out and a.name in kwargs]
+
+
+def _assign(dst, value) -> None:
+    """Write ``value`` (tensor) into ``dst``, resizing an empty or differently shaped ``out``."""
+    if isinstance(dst, ZyxTensor):
+        if tuple(dst.shape) != tuple(value.shape):
+            if dst.numel() != 0:
+                warnings.warn("An output with one or more elements was resized since it had shape "
+                              f"{list(dst.shape)}, which does not match the required output shape "
+                              f"{list(value.shape)}.", UserWarning, stacklevel=4)
+            dst.resize_(value.shape)
+        if value.dtype != dst.dtype and not torch.can_cast(value.dtype, dst.dtype):
+            raise RuntimeError(f"result type {_dtype_name(value.dtype)} can't be cast to the desired output type "
+                               f"{_dtype_name(dst.dtype)}")
+        write(dst, read(value))
+    else:
+        dst.copy_(value)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
+            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+
+
+def dispatch(func, args, kwargs):
+    lowering = registry.LOWERINGS.get(func)
+    if lowering is not None:
+        try:
+            return lowering(*args, **kwargs)
+        except NotImplementedError:
+            pass
+    functional = _functional_of(func)
+    if functional is not None and (functional in registry.LOWERINGS or functional in decomposition_table):
+        outs = _out_args(func, kwargs)
+        call_kwargs = {k: v for k, v in kwargs.items() if k not in {a.name for a in func._schema.arguments
+                                                                    if a.is_out}}
+        if outs:
+            result = dispatch(functional, args, call_kwargs)
+            results = result if isinstance(result, (tuple, list)) else (result,)
+            for dst, value in zip(outs, results):
+                _assign(dst, value)
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        result = dispatch(functional, args, call_kwargs)
+        dst = args[0]
+        if dst.dtype != result.dtype and not torch.can_cast(result.dtype, dst.dtype):
+            raise RuntimeError(f"result type {_dtype_name(result.dtype)} can't be cast to the desired output "
+                               f"type {_dtype_name(dst.dtype)}")
+        if tuple(result.shape) != tuple(dst.shape):
+            raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
+                               f"{list(result.shape)}")
+        write(dst, read(result))
+        return dst
+    decomposition = decomposition_table.get(func)
+    if decomposition is not None and func not in _NO_DECOMPOSE:
+        result = decomposition(*args, **kwargs)
+        if result is not NotImplemented:
+            return result
+    return cpu_fallback(func, args, kwargs)
+
+
+def cpu_fallback(func, args, kwargs):
+    """Run ``func`` on CPU copies and bring tensor results back to the zyx device."""
+    name = str(func)
+    dtypes_ = sorted({str(a.dtype) for a in _tensors(args, kwargs)})
+    if not CONFIG.cpu_fallback:
+        raise NotImplementedError(f"zyx: no lowering for {name} (dtypes {', '.join(dtypes_)}) and "
+                                  "ZYX_CPU_FALLBACK=0")
+    bump("cpu_fallbacks")
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"zyx: {name} has no zyx lowering; it runs on the CPU (counted in "
+                      "torch_zyx.counters()['cpu_fallbacks'])", stacklevel=3)
+    device = registry.device_of(*args, *kwargs.values())
+    cpu_of: dict[int, torch.Tensor] = {}
+
+    def to_host(x):
+        if isinstance(x, ZyxTensor):
+            if id(x) not in cpu_of:
+                cpu_of[id(x)] = to_cpu(x)
+            return cpu_of[id(x)]
+        return x
+
+    cpu_args = tree_map(to_host, args)
+    cpu_kwargs = tree_map(to_host, kwargs)
+    result = func(*cpu_args, **cpu_kwargs)
+    # Mutated inputs: copy their new contents back.
+    for original in _tensors(args, kwargs):
+        if isinstance(original, ZyxTensor) and id(original) in cpu_of:
+            if _is_mutated(func, original, args, kwargs):
+                write(original, from_cpu(cpu_of[id(original)], device))
+
+    def back(x):
+        if isinstance(x, torch.Tensor) and not isinstance(x, ZyxTensor):
+            for original in _tensors(args, kwargs):
+                if id(original) in cpu_of and cpu_of[id(original)] is x:
+                    return original
+            return wrap(from_cpu(x, device), device)
+        return x
+
+    return tree_map(back, result)
+
+
+def _tensors(args, kwargs):
+    out = []
+    tree_map(lambda x: out.append(x) if isinstance(x, torch.Tensor) else None, (args, kwargs))
+    return out
+
+
+def _is_mutated(func, tensor, args, kwargs) -> bool:
+    schema = func._schema
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        if value is tensor or (isinstance(value, (list, tuple)) and any(v is tensor for v in value)):
+            return True
+    return False

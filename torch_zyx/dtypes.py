@@ -1,0 +1,58 @@
+"""zyx data types: the dtype vocabulary shared by the lazy graph, codegen and the runtimes.
+
+Only ``dispatch`` converts between these and ``torch.dtype``; later stages never import torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    itemsize: int
+    kind: str  # "f" float, "i" signed int, "u" unsigned int, "b" bool
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in "iu"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+float16 = DType("float16", 2, "f")
+bfloat16 = DType("bfloat16", 2, "f")
+float32 = DType("float32", 4, "f")
+float64 = DType("float64", 8, "f")
+int8 = DType("int8", 1, "i")
+int16 = DType("int16", 2, "i")
+int32 = DType("int32", 4, "i")
+int64 = DType("int64", 8, "i")
+uint8 = DType("uint8", 1, "u")
+bool_ = DType("bool", 1, "b")
+
+# Internal only (random number hashing); never a tensor dtype.
+uint64 = DType("uint64", 8, "u")
+
+ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, bool_)
+BY_NAME = {dtype.name: dtype for dtype in ALL}
+
+
+def python_value(dtype: DType, value):
+    """The Python scalar a constant of ``dtype`` holds (ints wrap like the machine type)."""
+    if dtype.kind == "b":
+        return bool(value)
+    if dtype.kind == "f":
+        return float(value)
+    value = int(value)
+    bits = dtype.itemsize * 8
+    value &= (1 << bits) - 1
+    if dtype.kind == "i" and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value

@@ -1,0 +1,297 @@
+"""Kernelizer: a lazy graph → an ordered list of kernels, by zyx's fusion rules.
+
+Stage 3 of the flow. It decides where values are stored (kernel boundaries) and builds each
+kernel's AST: a small graph of the same ``Node`` type whose leaves are ``LOAD`` (a kernel
+buffer slot) and ``RANDOM`` (seed/offset taken from kernel parameters). ASTs never mention
+real buffers, so the same graph shape gives the same kernels, which the schedule cache reuses.
+
+Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/000
+``duplicate_or_store``/``add_store``):
+  * elementwise ops join the kernel of their inputs; a binary op on two kernels merges them;
+  * movement ops become index arithmetic; a movement after a reduce (other than adding or
+    removing size-1 axes) first stores the reduce's value, as does an expand or growing pad
+    of an expensive computed value;
+  * a reduce appends to its input's kernel (elementwise work before and after it fuses);
+  * a value used several times is duplicated when cheap and stored when it follows a reduce;
+  * kernels with the same iteration space and no dependency between them merge into one
+    kernel that stores several outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import graph as g
+from .graph import Node
+
+# A computed value expanded (broadcast) is recomputed per output element; past this many
+# arithmetic ops it is cheaper to store it once.
+_EXPAND_RECOMPUTE_OPS = 3
+
+
+@dataclass
+class KernelStore:
+    target: int  # temp index written
+    value: Node  # AST of the stored value
+    view: tuple | None = None  # (shape, strides, offset) for a strided scatter, None: contiguous
+
+
+@dataclass
+class ScheduledKernel:
+    stores: list[KernelStore]
+    slots: list[tuple[str, int]]  # ("in", i) input buffer i, ("tmp", j) temp j
+    params: list[int]  # indices into the graph's random parameters
+    depends: set[int] = field(default_factory=set)  # indices of earlier kernels
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        store = self.stores[0]
+        return store.value.shape
+
+
+@dataclass
+class Schedule:
+    kernels: list[ScheduledKernel]
+    temps: list[tuple]  # (dtype, numel) of each temp buffer
+    root_temps: list[int]  # temp index (or -1 - input index) holding each root
+    last_use: dict[int, int]  # temp index → index of the last kernel that touches it
+
+
+def is_trivial_reshape(node: Node) -> bool:
+    """A reshape that only inserts or removes size-1 axes (no index arithmetic)."""
+    src = node.srcs[0]
+    return [s for s in node.shape if s != 1] == [s for s in src.shape if s != 1]
+
+
+class GraphSignature:
+    """The structure of a graph with buffers and random seeds abstracted to positions."""
+
+    def __init__(self, roots: list[Node]):
+        self.order = g.toposort(roots)
+        self.buffers: list = []
+        self.random_args: list[int] = []
+        buffer_pos: dict[int, int] = {}
+        node_pos: dict[int, int] = {}
+        items = []
+        for i, node in enumerate(self.order):
+            node_pos[id(node)] = i
+            arg = node.arg
+            if node.op == "BUFFER":
+                pos = buffer_pos.get(id(node.arg))
+                if pos is None:
+                    pos = buffer_pos[id(node.arg)] = len(self.buffers)
+                    self.buffers.append(node.arg)
+                arg = pos
+            elif node.op == "RANDOM":
+                arg = len(self.random_args)
+                self.random_args.extend(node.arg)
+            else:
+                arg = node._key[1]
+            items.append((node.op, arg, tuple(node_pos[id(s)] for s in node.srcs), node.dtype, node.shape))
+        self.key = (tuple(items), tuple(node_pos[id(r)] for r in roots))
+
+
+class Kernelizer:
+    def __init__(self, roots: list[Node], signature: GraphSignature):
+        self.roots = roots
+        self.sig = signature
+        self.order = signature.order
+        self.rc: dict[int, int] = {}
+        for node in self.order:
+            for src in node.srcs:
+                self.rc[id(src)] = self.rc.get(id(src), 0) + 1
+        for root in roots:
+            self.rc[id(root)] = self.rc.get(id(root), 0) + 1
+        self.stored: set[int] = set()
+        self.has_reduce: dict[int, bool] = {}
+        self.alu_ops: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ decide stores
+
+    def _mark_store(self, node: Node, root: bool = False) -> None:
+        cheap_leaf = node.op in ("CONST", "IOTA") and not root
+        if node.op == "BUFFER" or cheap_leaf or id(node) in self.stored:
+            return
+        self.stored.add(id(node))
+        self.has_reduce[id(node)] = False
+        self.alu_ops[id(node)] = 0
+
+    def decide_stores(self) -> None:
+        # A root that only reshapes a value stores that value: a contiguous buffer reshapes for free.
+        root_ids = {id(_unreshaped(r)) for r in self.roots}
+        for node in self.order:
+            srcs = node.srcs
+            if node.op in g.MOVEMENT:
+                src = srcs[0]
+                trivial = node.op == "RESHAPE" and is_trivial_reshape(node)
+                if self.has_reduce[id(src)] and not trivial:
+                    self._mark_store(src)
+                grows = node.op == "EXPAND" or (node.op == "PAD" and node.numel > src.numel)
+                if grows and self.alu_ops[id(src)] > _EXPAND_RECOMPUTE_OPS:
+                    self._mark_store(src)
+            for src in srcs:
+                if self.rc[id(src)] > 1 and self.has_reduce.get(id(src)):
+                    self._mark_store(src)
+            if node.op == "SETVIEW":
+                self._mark_store(node)
+            self.has_reduce[id(node)] = node.op == "REDUCE" or any(
+                self.has_reduce[id(s)] for s in srcs if id(s) not in self.stored)
+            own = 1 if node.op in g.ELEMENTWISE or node.op in ("REDUCE", "RANDOM") else 0
+            self.alu_ops[id(node)] = own + sum(self.alu_ops[id(s)] for s in srcs if id(s) not in self.stored)
+            if id(node) in root_ids:
+                self._mark_store(node, root=True)
+
+    # ------------------------------------------------------------------ build kernels
+
+    def build(self) -> Schedule:
+        self.decide_stores()
+        input_pos = {id(b): i for i, b in enumerate(self.sig.buffers)}
+        temp_of: dict[int, int] = {}
+        temps: list[tuple] = []
+        producer: dict[int, int] = {}  # temp → kernel index that last wrote it
+        kernels: list[ScheduledKernel] = []
+        random_pos: dict[int, int] = {}
+        ri = 0
+        for node in self.order:
+            if node.op == "RANDOM":
+                random_pos[id(node)] = ri
+                ri += 2
+
+        def new_kernel(stores_spec: list[tuple[int, Node, tuple | None]]) -> ScheduledKernel:
+            slots: list[tuple[str, int]] = []
+            slot_of: dict[tuple[str, int], int] = {}
+            params: list[int] = []
+            memo: dict[int, Node] = {}
+            depends: set[int] = set()
+
+            def slot(ref: tuple[str, int]) -> int:
+                if ref not in slot_of:
+                    slot_of[ref] = len(slots)
+                    slots.append(ref)
+                    if ref[0] == "tmp" and ref[1] in producer:
+                        depends.add(producer[ref[1]])
+                return slot_of[ref]
+
+            def ast(node: Node, top: bool = False) -> Node:
+                if id(node) in memo:
+                    return memo[id(node)]
+                if node.op == "BUFFER":
+                    out = Node("LOAD", slot(("in", input_pos[id(node.arg)])), (), node.dtype, node.shape)
+                elif id(node) in self.stored and not top:
+                    load = Node("LOAD", slot(("tmp", temp_of[id(node)])), (), node.dtype, (node.numel,))
+                    out = g.reshape(load, node.shape)
+                elif node.op == "RANDOM":
+                    pos = len(params)
+                    params.extend((random_pos[id(node)], random_pos[id(node)] + 1))
+                    out = Node("RANDOM", (pos, pos + 1), (), node.dtype, node.shape)
+                else:
+                    srcs = tuple(ast(s) for s in node.srcs)
+                    out = Node(node.op, node.arg, srcs, node.dtype, node.shape)
+                memo[id(node)] = out
+                return out
+
+            stores = []
+            for target, value, view in stores_spec:
+                slot(("tmp", target))
+                stores.append(KernelStore(target, ast(value, top=view is None and id(value) in self.stored
+                                                      and temp_of.get(id(value)) == target), view))
+            return ScheduledKernel(stores, slots, params, depends)
+
+        def emit(kernel: ScheduledKernel, merge: bool) -> None:
+            index = len(kernels)
+            if merge and kernel.stores[0].view is None:
+                for k_index in range(len(kernels) - 1, -1, -1):
+                    other = kernels[k_index]
+                    if (other.stores[0].view is None and other.shape == kernel.shape
+                            and all(d < k_index for d in kernel.depends) and k_index not in kernel.depends
+                            and not _writes_loaded(other, kernel)):
+                        _merge_into(other, kernel)
+                        for store in kernel.stores:
+                            producer[store.target] = k_index
+                        return
+                    if k_index in kernel.depends:
+                        break
+            kernels.append(kernel)
+            for store in kernel.stores:
+                producer[store.target] = index
+
+        for node in self.order:
+            if id(node) not in self.stored:
+                continue
+            if node.op == "SETVIEW":
+                base, value = node.srcs
+                shape, strides, offset = node.arg
+                if id(base) in self.stored and base.op == "SETVIEW" and self.rc[id(base)] == 1:
+                    temp = temp_of[id(base)]  # scatter in place: nobody else reads the old value
+                else:
+                    temp = len(temps)
+                    temps.append((node.dtype, node.numel))
+                    emit(new_kernel([(temp, base, None)]), merge=True)
+                temp_of[id(node)] = temp
+                emit(new_kernel([(temp, value, (shape, strides, offset))]), merge=False)
+                continue
+            temp = len(temps)
+            temps.append((node.dtype, node.numel))
+            temp_of[id(node)] = temp
+            emit(new_kernel([(temp, node, None)]), merge=True)
+
+        root_temps = []
+        for root in self.roots:
+            root = _unreshaped(root)
+            if root.op == "BUFFER":
+                root_temps.append(-1 - input_pos[id(root.arg)])
+            else:
+                root_temps.append(temp_of[id(root)])
+        last_use: dict[int, int] = {}
+        for k_index, kernel in enumerate(kernels):
+            for kind, ref in kernel.slots:
+                if kind == "tmp":
+                    last_use[ref] = k_index
+        return Schedule(kernels, temps, root_temps, last_use)
+
+
+def _unreshaped(node: Node) -> Node:
+    while node.op == "RESHAPE":
+        node = node.srcs[0]
+    return node
+
+
+def _writes_loaded(first: ScheduledKernel, second: ScheduledKernel) -> bool:
+    """Whether ``second`` loads a temp that ``first`` writes (then they cannot share a kernel)."""
+    written = {s.target for s in first.stores}
+    loaded = {ref for kind, ref in second.slots if kind == "tmp"} - {s.target for s in second.stores}
+    return not written.isdisjoint(loaded)
+
+
+def _merge_into(kernel: ScheduledKernel, other: ScheduledKernel) -> None:
+    """Append ``other``'s stores to ``kernel``, renumbering ``other``'s slots and params."""
+    slot_map: dict[int, int] = {}
+    for i, ref in enumerate(other.slots):
+        if ref in kernel.slots:
+            slot_map[i] = kernel.slots.index(ref)
+        else:
+            slot_map[i] = len(kernel.slots)
+            kernel.slots.append(ref)
+    param_base = len(kernel.params)
+    kernel.params.extend(other.params)
+    memo: dict[int, Node] = {}
+
+    def renumber(node: Node) -> Node:
+        if id(node) in memo:
+            return memo[id(node)]
+        if node.op == "LOAD":
+            out = Node("LOAD", slot_map[node.arg], (), node.dtype, node.shape)
+        elif node.op == "RANDOM":
+            out = Node("RANDOM", (node.arg[0] + param_base, node.arg[1] + param_base), (), node.dtype, node.shape)
+        else:
+            out = Node(node.op, node.arg, tuple(renumber(s) for s in node.srcs), node.dtype, node.shape)
+        memo[id(node)] = out
+        return out
+
+    for store in other.stores:
+        kernel.stores.append(KernelStore(store.target, renumber(store.value), store.view))
+    kernel.depends |= other.depends
+
+
+def kernelize(roots: list[Node], signature: GraphSignature) -> Schedule:
+    return Kernelizer(roots, signature).build()

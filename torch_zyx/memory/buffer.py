@@ -1,0 +1,43 @@
+"""Device buffers as the lazy graph sees them: a pool allocation with dtype and size.
+
+A ``Buffer`` is the ``arg`` of ``BUFFER`` nodes. When the last node or storage holding it dies,
+its memory goes back to its pool after the work still pending on it (per the event table).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ..dtypes import DType
+
+_ids = itertools.count()
+
+
+class Buffer:
+    __slots__ = ("id", "device", "raw", "dtype", "numel", "__weakref__")
+
+    def __init__(self, device, dtype: DType, numel: int):
+        self.id = next(_ids)
+        self.device = device  # a realize.DeviceContext
+        self.dtype, self.numel = dtype, numel
+        self.raw, _event = device.pool.allocate(max(numel, 1) * dtype.itemsize)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    @property
+    def ptr(self) -> int:
+        return self.raw.ptr
+
+    def __del__(self):
+        device = getattr(self, "device", None)
+        if device is None or getattr(self, "raw", None) is None:
+            return
+        try:
+            device.pool.free(self.raw, device.events.take([self.id]))
+        except Exception:  # interpreter shutdown: modules may already be gone
+            pass
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.id} {self.dtype} x{self.numel}>"

@@ -1,0 +1,82 @@
+"""Events and the per-buffer event table (the ASYNC EVENT RULES of seeds/000_*.txt).
+
+Every launch records one event keyed by the set of buffers it touches. Anything that reuses,
+frees or reads one of those buffers first takes (removes) the events whose key contains it
+and waits on them. A taken event is consumed.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+
+class Event:
+    """Completion of asynchronous device work; ``wait`` blocks until it is done."""
+
+    __slots__ = ("_done", "_error", "_keepalive")
+
+    def __init__(self, keepalive=None):
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        # Host memory that must outlive the work (async host→pool copies).
+        self._keepalive = keepalive
+
+    def set(self, error: BaseException | None = None) -> None:
+        self._error = error
+        self._keepalive = None
+        self._done.set()
+
+    def is_done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self) -> None:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+
+def completed() -> Event:
+    event = Event()
+    event.set()
+    return event
+
+
+def wait_all(events: Iterable[Event]) -> None:
+    for event in events:
+        event.wait()
+
+
+class EventTable:
+    """``frozenset(buffer ids) → Event``: pending work per set of touched buffers."""
+
+    def __init__(self):
+        self._events: dict[frozenset, Event] = {}
+        self._lock = threading.Lock()
+
+    def record(self, buffer_ids: Iterable[int], event: Event) -> None:
+        key = frozenset(buffer_ids)
+        with self._lock:
+            previous = self._events.pop(key, None)
+            if previous is not None and not previous.is_done():
+                # Same buffer set launched twice: the newer event follows the older one on
+                # the same stream, so waiting on the newer one covers both.
+                pass
+            self._events[key] = event
+
+    def take(self, buffer_ids: Iterable[int]) -> list[Event]:
+        """Remove and return the events of every key that touches one of ``buffer_ids``."""
+        wanted = set(buffer_ids)
+        taken: list[Event] = []
+        with self._lock:
+            for key in [k for k in self._events if not wanted.isdisjoint(k)]:
+                event = self._events.pop(key)
+                if not event.is_done():
+                    taken.append(event)
+        return taken
+
+    def take_all(self) -> list[Event]:
+        with self._lock:
+            taken = [e for e in self._events.values() if not e.is_done()]
+            self._events.clear()
+        return taken

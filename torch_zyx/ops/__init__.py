@@ -1,0 +1,7 @@
+"""aten op lowerings: each aten overload maps to a function that builds lazy nodes.
+
+Stage 1→2 of the flow. ``registry.LOWERINGS`` is the table the dispatcher consults; every
+module here registers its ops on import.
+"""
+
+from . import elementwise, factory, index, matmul, movement, nn, reduce  # noqa: F401  (registration)

@@ -1,0 +1,400 @@
+"""Elementwise lowerings: unary math, binary arithmetic, comparisons, where/clamp/lerp/addc*.
+
+Each aten op is an entry in a table: a function of nodes (already promoted to the
+computation dtype) plus its type-promotion kind. Composite math (sigmoid, gelu, erf-based
+ops, python-style remainder, ...) is written with primitive nodes so it fuses.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import dtypes
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from .registry import (PROMOTE_BOOL, PROMOTE_DEFAULT, PROMOTE_INT_TO_FLOAT, aten, broadcast, cast, new,
+                       operand, register, result_dtype)
+
+
+def c(value, like: Node) -> Node:
+    return g.const(value, like.dtype, like.shape)
+
+
+def b(op: str, x: Node, y: Node) -> Node:
+    x, y = broadcast(x, y)
+    return g.binary(op, x, y)
+
+
+def u(op: str, x: Node) -> Node:
+    return g.unary(op, x)
+
+
+def neg(x): return u("neg", x) if x.dtype.kind != "b" else x
+def add(x, y): return b("add", x, y)
+def sub(x, y): return b("sub", x, y)
+def mul(x, y): return b("mul", x, y)
+def div(x, y): return b("div", x, y)
+def maximum(x, y): return b("max", x, y)
+def minimum(x, y): return b("min", x, y)
+
+
+def where(cond: Node, x: Node, y: Node) -> Node:
+    cond, x, y = broadcast(cond, x, y)
+    return g.where(cond, x, y)
+
+
+def sigmoid(x: Node) -> Node:
+    return g.unary("recip", add(c(1.0, x), u("exp", neg(x))))
+
+
+def tanh(x: Node) -> Node:
+    return u("tanh", x)
+
+
+def erf(x: Node) -> Node:
+    return u("erf", x)
+
+
+def relu(x: Node) -> Node:
+    return maximum(x, c(0, x)) if x.dtype.kind != "b" else x
+
+
+def gelu(x: Node, approximate: str = "none") -> Node:
+    if approximate == "tanh":
+        inner = mul(c(math.sqrt(2 / math.pi), x), add(x, mul(c(0.044715, x), mul(x, mul(x, x)))))
+        return mul(mul(c(0.5, x), x), add(c(1.0, x), tanh(inner)))
+    return mul(mul(c(0.5, x), x), add(c(1.0, x), erf(mul(x, c(1 / math.sqrt(2), x)))))
+
+
+def floor_div(x: Node, y: Node) -> Node:
+    if x.dtype.is_float:
+        return u("floor", div(x, y))
+    q = b("idiv", x, y)
+    r = b("mod", x, y)
+    # C division truncates; floor differs when the remainder is non-zero and the signs differ.
+    adjust = b("and", b("ne", r, c(0, r)), b("ne", b("lt", r, c(0, r)), b("lt", y, c(0, y))))
+    return where(adjust, sub(q, c(1, q)), q)
+
+
+def remainder(x: Node, y: Node) -> Node:
+    x, y = broadcast(x, y)
+    r = g.binary("mod", x, y)
+    adjust = b("and", b("ne", r, c(0, r)), b("ne", b("lt", r, c(0, r)), b("lt", y, c(0, y))))
+    return where(adjust, add(r, y), r)
+
+
+def trunc_div(x: Node, y: Node) -> Node:
+    if x.dtype.is_float:
+        return u("trunc", div(x, y))
+    return b("idiv", x, y)
+
+
+def pow_(x: Node, y: Node) -> Node:
+    if x.dtype.is_float:
+        return b("pow", x, y)
+    # Integer power by repeated squaring over the exponent's bits (exponent < 2**63).
+    x, y = broadcast(x, y)
+    result = c(1, x)
+    base = x
+    for bit in range(63 if x.dtype.itemsize == 8 else 31):
+        if y.op == "CONST" and (y.arg >> bit) == 0:
+            break
+        take = b("ne", b("and", b("shr", y, c(bit, y)), c(1, y)), c(0, y))
+        result = where(take, mul(result, base), result)
+        base = mul(base, base)
+    return where(b("lt", y, c(0, y)), where(b("eq", x, c(1, x)), c(1, x), c(0, x)), result)
+
+
+def sign(x: Node) -> Node:
+    if x.dtype.kind == "b":
+        return x
+    pos = g.cast(b("lt", c(0, x), x), x.dtype)
+    negative = g.cast(b("lt", x, c(0, x)), x.dtype)
+    out = sub(pos, negative)
+    return where(u("isnan", x), x, out) if x.dtype.is_float else out
+
+
+def isinf(x: Node) -> Node:
+    if not x.dtype.is_float:
+        return g.const(False, dtypes.bool_, x.shape)
+    return b("eq", u("abs", x), c(float("inf"), x))
+
+
+def logical(x: Node) -> Node:
+    return g.cast(x, dtypes.bool_)
+
+
+UNARY = {
+    # aten name: (function of node, promotion kind)
+    "abs": (lambda x: u("abs", x), PROMOTE_DEFAULT),
+    "neg": (neg, PROMOTE_DEFAULT),
+    "exp": (lambda x: u("exp", x), PROMOTE_INT_TO_FLOAT),
+    "exp2": (lambda x: u("exp2", x), PROMOTE_INT_TO_FLOAT),
+    "log": (lambda x: u("log", x), PROMOTE_INT_TO_FLOAT),
+    "log2": (lambda x: u("log2", x), PROMOTE_INT_TO_FLOAT),
+    "log10": (lambda x: mul(u("log2", x), c(math.log10(2), x)), PROMOTE_INT_TO_FLOAT),
+    "log1p": (lambda x: u("log1p", x), PROMOTE_INT_TO_FLOAT),
+    "expm1": (lambda x: u("expm1", x), PROMOTE_INT_TO_FLOAT),
+    "sqrt": (lambda x: u("sqrt", x), PROMOTE_INT_TO_FLOAT),
+    "rsqrt": (lambda x: u("recip", u("sqrt", x)), PROMOTE_INT_TO_FLOAT),
+    "sin": (lambda x: u("sin", x), PROMOTE_INT_TO_FLOAT),
+    "cos": (lambda x: u("cos", x), PROMOTE_INT_TO_FLOAT),
+    "tan": (lambda x: u("tan", x), PROMOTE_INT_TO_FLOAT),
+    "asin": (lambda x: u("asin", x), PROMOTE_INT_TO_FLOAT),
+    "acos": (lambda x: u("acos", x), PROMOTE_INT_TO_FLOAT),
+    "atan": (lambda x: u("atan", x), PROMOTE_INT_TO_FLOAT),
+    "sinh": (lambda x: u("sinh", x), PROMOTE_INT_TO_FLOAT),
+    "cosh": (lambda x: u("cosh", x), PROMOTE_INT_TO_FLOAT),
+    "asinh": (lambda x: u("asinh", x), PROMOTE_INT_TO_FLOAT),
+    "acosh": (lambda x: u("acosh", x), PROMOTE_INT_TO_FLOAT),
+    "atanh": (lambda x: u("atanh", x), PROMOTE_INT_TO_FLOAT),
+    "tanh": (tanh, PROMOTE_INT_TO_FLOAT),
+    "sigmoid": (sigmoid, PROMOTE_INT_TO_FLOAT),
+    "erf": (erf, PROMOTE_INT_TO_FLOAT),
+    "erfc": (lambda x: u("erfc", x), PROMOTE_INT_TO_FLOAT),
+    "lgamma": (lambda x: u("lgamma", x), PROMOTE_INT_TO_FLOAT),
+    "reciprocal": (lambda x: u("recip", x), PROMOTE_INT_TO_FLOAT),
+    "relu": (relu, PROMOTE_DEFAULT),
+    "silu": (lambda x: mul(x, sigmoid(x)), PROMOTE_INT_TO_FLOAT),
+    "floor": (lambda x: u("floor", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
+    "ceil": (lambda x: u("ceil", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
+    "trunc": (lambda x: u("trunc", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
+    "round": (lambda x: u("round", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
+    "frac": (lambda x: sub(x, u("trunc", x)), PROMOTE_DEFAULT),
+    "sign": (sign, PROMOTE_DEFAULT),
+    "sgn": (sign, PROMOTE_DEFAULT),
+    "isnan": (lambda x: u("isnan", x) if x.dtype.is_float else g.const(False, dtypes.bool_, x.shape),
+              PROMOTE_DEFAULT),
+    "isinf": (isinf, PROMOTE_DEFAULT),
+    "isfinite": (lambda x: u("not", b("or", u("isnan", x), isinf(x))) if x.dtype.is_float
+                 else g.const(True, dtypes.bool_, x.shape), PROMOTE_DEFAULT),
+    "logical_not": (lambda x: u("not", logical(x)), PROMOTE_DEFAULT),
+    "bitwise_not": (lambda x: u("not", x), PROMOTE_DEFAULT),
+    "square": (lambda x: mul(x, x), PROMOTE_DEFAULT),
+    "positive": (lambda x: x, PROMOTE_DEFAULT),
+}
+# Result is bool whatever the input.
+BOOL_RESULT = {"isnan", "isinf", "isfinite", "logical_not"}
+
+BINARY = {
+    "mul": (mul, PROMOTE_DEFAULT),
+    "div": (div, PROMOTE_INT_TO_FLOAT),
+    "true_divide": (div, PROMOTE_INT_TO_FLOAT),
+    "floor_divide": (floor_div, PROMOTE_DEFAULT),
+    "remainder": (remainder, PROMOTE_DEFAULT),
+    "fmod": (lambda x, y: b("mod", x, y), PROMOTE_DEFAULT),
+    "pow": (pow_, PROMOTE_DEFAULT),
+    "maximum": (maximum, PROMOTE_DEFAULT),
+    "minimum": (minimum, PROMOTE_DEFAULT),
+    "fmax": (lambda x, y: where(u("isnan", x), y, where(u("isnan", y), x, maximum(x, y)))
+             if x.dtype.is_float else maximum(x, y), PROMOTE_DEFAULT),
+    "fmin": (lambda x, y: where(u("isnan", x), y, where(u("isnan", y), x, minimum(x, y)))
+             if x.dtype.is_float else minimum(x, y), PROMOTE_DEFAULT),
+    "atan2": (lambda x, y: b("atan2", x, y), PROMOTE_INT_TO_FLOAT),
+    "copysign": (lambda x, y: b("copysign", x, y), PROMOTE_INT_TO_FLOAT),
+    "eq": (lambda x, y: b("eq", x, y), PROMOTE_BOOL),
+    "ne": (lambda x, y: b("ne", x, y), PROMOTE_BOOL),
+    "lt": (lambda x, y: b("lt", x, y), PROMOTE_BOOL),
+    "le": (lambda x, y: b("le", x, y), PROMOTE_BOOL),
+    "gt": (lambda x, y: b("lt", y, x), PROMOTE_BOOL),
+    "ge": (lambda x, y: b("le", y, x), PROMOTE_BOOL),
+    "logical_and": (lambda x, y: b("and", logical(x), logical(y)), PROMOTE_BOOL),
+    "logical_or": (lambda x, y: b("or", logical(x), logical(y)), PROMOTE_BOOL),
+    "logical_xor": (lambda x, y: b("xor", logical(x), logical(y)), PROMOTE_BOOL),
+    "bitwise_and": (lambda x, y: b("and", x, y), PROMOTE_DEFAULT),
+    "bitwise_or": (lambda x, y: b("or", x, y), PROMOTE_DEFAULT),
+    "bitwise_xor": (lambda x, y: b("xor", x, y), PROMOTE_DEFAULT),
+    "bitwise_left_shift": (lambda x, y: b("shl", x, y), PROMOTE_DEFAULT),
+    "bitwise_right_shift": (lambda x, y: b("shr", x, y), PROMOTE_DEFAULT),
+    "__lshift__": (lambda x, y: b("shl", x, y), PROMOTE_DEFAULT),
+    "__rshift__": (lambda x, y: b("shr", x, y), PROMOTE_DEFAULT),
+    "xlogy": (lambda x, y: where(u("isnan", y), y, where(b("eq", x, c(0, x)), c(0.0, x), mul(x, u("log", y)))),
+              PROMOTE_INT_TO_FLOAT),
+    "hypot": (lambda x, y: u("sqrt", add(mul(x, x), mul(y, y))), PROMOTE_DEFAULT),
+}
+
+
+def _compute(fn, kind, args, bool_result=False):
+    compute, result = result_dtype(*args, kind=kind)
+    nodes = [operand(a, compute) for a in args]
+    out = fn(*nodes)
+    target = torch.bool if bool_result or kind == PROMOTE_BOOL else result
+    return new(cast(out, target), _device(args))
+
+
+def _device(args):
+    from .registry import device_of
+
+    return device_of(*args)
+
+
+def _unary_lowering(name, fn, kind):
+    def lowering(x, *extra, **kwargs):
+        return _compute(fn, kind, [x], bool_result=name in BOOL_RESULT)
+
+    return lowering
+
+
+def _binary_lowering(fn, kind):
+    def lowering(x, y, *extra, **kwargs):
+        if extra or kwargs:
+            raise NotImplementedError
+        return _compute(fn, kind, [x, y])
+
+    return lowering
+
+
+for _name, (_fn, _kind) in UNARY.items():
+    _packet = getattr(aten, _name, None)
+    if _packet is not None:
+        register(_packet)(_unary_lowering(_name, _fn, _kind))
+
+for _name, (_fn, _kind) in BINARY.items():
+    _packet = getattr(aten, _name, None)
+    if _packet is not None:
+        register(_packet)(_binary_lowering(_fn, _kind))
+
+
+def _make_add(sign_: int, reverse: bool):
+    def lowering(x, y, alpha=1):
+        if reverse:
+            x, y = y, x
+        compute, result = result_dtype(x, y)
+        xn, yn = operand(x, compute), operand(y, compute)
+        if alpha != 1:
+            yn = mul(yn, g.const(alpha, xn.dtype))
+        if compute == torch.bool:
+            out = b("or", xn, yn)
+        else:
+            out = add(xn, yn) if sign_ > 0 else sub(xn, yn)
+        return new(cast(out, result), _device([x, y]))
+
+    return lowering
+
+
+for _op, _sign, _rev in ((aten.add.Tensor, 1, False), (aten.add.Scalar, 1, False), (aten.sub.Tensor, -1, False),
+                         (aten.sub.Scalar, -1, False), (aten.rsub.Tensor, -1, True),
+                         (aten.rsub.Scalar, -1, True)):
+    register(_op)(_make_add(_sign, _rev))
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(x, y, rounding_mode=None):
+    if rounding_mode is None:
+        return _compute(div, PROMOTE_INT_TO_FLOAT, [x, y])
+    fn = trunc_div if rounding_mode == "trunc" else floor_div
+    return _compute(fn, PROMOTE_DEFAULT, [x, y])
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where_(cond, x, y):
+    compute, result = result_dtype(x, y)
+    out = where(cast(operand(cond, torch.bool), torch.bool), operand(x, result), operand(y, result))
+    return new(out, _device([cond, x, y]))
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def clamp(x, min=None, max=None):
+    compute, result = result_dtype(x, min, max)
+    out = operand(x, result)
+    if min is not None:
+        lo = operand(min, result)
+        out = where(u("isnan", lo), lo, maximum(out, lo)) if out.dtype.is_float and not _is_scalar(min) \
+            else maximum(out, lo)
+    if max is not None:
+        out = minimum(out, operand(max, result))
+    return new(out, _device([x, min, max]))
+
+
+def _is_scalar(x) -> bool:
+    return not isinstance(x, torch.Tensor)
+
+
+@register(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(x, min):
+    return clamp(x, min=min)
+
+
+@register(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(x, max):
+    return clamp(x, max=max)
+
+
+@register(aten.lerp.Scalar, aten.lerp.Tensor)
+def lerp(start, end, weight):
+    compute, result = result_dtype(start, end, weight)
+    s, e, w = operand(start, compute), operand(end, compute), operand(weight, compute)
+    # PyTorch's formula: weight < 0.5 ? start + w*(end-start) : end - (end-start)*(1-w)
+    diff = sub(e, s)
+    low = add(s, mul(w, diff))
+    high = sub(e, mul(diff, sub(c(1.0, w), w)))
+    return new(cast(where(b("lt", u("abs", w), c(0.5, w)), low, high), result), _device([start, end, weight]))
+
+
+@register(aten.addcmul.default)
+def addcmul(x, t1, t2, value=1):
+    compute, result = result_dtype(x, t1, t2)
+    xn, a, bn = operand(x, compute), operand(t1, compute), operand(t2, compute)
+    return new(cast(add(xn, mul(mul(a, bn), g.const(value, xn.dtype))), result), _device([x, t1, t2]))
+
+
+@register(aten.addcdiv.default)
+def addcdiv(x, t1, t2, value=1):
+    compute, result = result_dtype(x, t1, t2)
+    xn, a, bn = operand(x, compute), operand(t1, compute), operand(t2, compute)
+    return new(cast(add(xn, mul(div(a, bn), g.const(value, xn.dtype))), result), _device([x, t1, t2]))
+
+
+@register(aten.gelu.default)
+def gelu_(x, approximate="none"):
+    compute, result = result_dtype(x, kind=PROMOTE_INT_TO_FLOAT)
+    return new(cast(gelu(operand(x, compute), approximate), result), _device([x]))
+
+
+@register(aten.gelu_backward.default)
+def gelu_backward(grad, x, approximate="none"):
+    compute, result = result_dtype(grad, x, kind=PROMOTE_INT_TO_FLOAT)
+    gn, xn = operand(grad, compute), operand(x, compute)
+    if approximate == "tanh":
+        k = math.sqrt(2 / math.pi)
+        inner = mul(c(k, xn), add(xn, mul(c(0.044715, xn), mul(xn, mul(xn, xn)))))
+        t = tanh(inner)
+        dinner = mul(c(k, xn), add(c(1.0, xn), mul(c(3 * 0.044715, xn), mul(xn, xn))))
+        d = add(mul(c(0.5, xn), add(c(1.0, xn), t)),
+                mul(mul(c(0.5, xn), xn), mul(sub(c(1.0, xn), mul(t, t)), dinner)))
+    else:
+        cdf = mul(c(0.5, xn), add(c(1.0, xn), erf(mul(xn, c(1 / math.sqrt(2), xn)))))
+        pdf = mul(c(1 / math.sqrt(2 * math.pi), xn), u("exp", mul(c(-0.5, xn), mul(xn, xn))))
+        d = add(cdf, mul(xn, pdf))
+    return new(cast(mul(gn, d), result), _device([grad, x]))
+
+
+@register(aten.threshold_backward.default)
+def threshold_backward(grad, x, threshold):
+    compute, result = result_dtype(grad, x)
+    gn, xn = operand(grad, compute), operand(x, compute)
+    return new(cast(where(b("le", xn, c(threshold, xn)), c(0, gn), gn), result), _device([grad, x]))
+
+
+@register(aten.sigmoid_backward.default)
+def sigmoid_backward(grad, y):
+    compute, result = result_dtype(grad, y)
+    gn, yn = operand(grad, compute), operand(y, compute)
+    return new(cast(mul(gn, mul(yn, sub(c(1.0, yn), yn))), result), _device([grad, y]))
+
+
+@register(aten.tanh_backward.default)
+def tanh_backward(grad, y):
+    compute, result = result_dtype(grad, y)
+    gn, yn = operand(grad, compute), operand(y, compute)
+    return new(cast(mul(gn, sub(c(1.0, yn), mul(yn, yn))), result), _device([grad, y]))
+
+
+@register(aten.silu_backward.default)
+def silu_backward(grad, x):
+    compute, result = result_dtype(grad, x)
+    gn, xn = operand(grad, compute), operand(x, compute)
+    s = sigmoid(xn)
+    return new(cast(mul(gn, mul(s, add(c(1.0, xn), mul(xn, sub(c(1.0, s), s))))), result), _device([grad, x]))

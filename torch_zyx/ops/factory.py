@@ -1,0 +1,369 @@
+"""Creation, copies and random numbers: empty/fill/copy/_to_copy/arange/eye, RNG ops, item.
+
+Random ops draw from the counter-based generator in ``torch_zyx.random``: each op takes a
+fresh counter range, so results are reproducible under ``manual_seed`` and fuse with users.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import dtypes, random
+from ..lazy import graph as g
+from ..tensor import Storage, ZyxTensor, from_cpu, read, restride, to_cpu, wrap, write, zdtype
+from .registry import aten, device_of, register
+
+
+def _device(index):
+    from ..realize import devices
+
+    all_devices = devices()
+    index = 0 if index is None else index
+    if index >= len(all_devices):
+        raise RuntimeError(f"zyx: invalid device index {index} ({len(all_devices)} zyx devices)")
+    return all_devices[index]
+
+
+def empty_storage(shape, strides, dtype: torch.dtype, device_index) -> ZyxTensor:
+    """A tensor with fresh (zero-valued) storage large enough for ``shape``/``strides``."""
+    shape = tuple(int(s) for s in shape)
+    extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
+    storage = Storage(g.const(0, zdtype(dtype), (extent,)), _device(device_index))
+    return ZyxTensor(storage, shape, strides, 0)
+
+
+def _contiguous_for(shape, memory_format) -> tuple[int, ...]:
+    if memory_format == torch.channels_last and len(shape) == 4:
+        n, c, h, w = shape
+        return (h * w * c, 1, w * c, c)
+    return g.contiguous_strides(tuple(shape))
+
+
+def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    dtype = dtype or torch.get_default_dtype()
+    index = device.index if isinstance(device, torch.device) else None
+    return empty_storage(size, _contiguous_for(size, memory_format), dtype, index)
+
+
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    index = device.index if isinstance(device, torch.device) else None
+    return empty_storage(size, tuple(stride), dtype, index)
+
+
+@register(aten.empty_like.default)
+def empty_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    meta = torch.empty_like(meta, dtype=dtype, memory_format=memory_format or torch.preserve_format)
+    index = device.index if isinstance(device, torch.device) and device.type == "zyx" else x.device.index
+    return empty_storage(meta.shape, meta.stride(), meta.dtype, index)
+
+
+@register(aten.empty_strided.default)
+def empty_strided_lowering(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return empty_strided(size, stride, dtype, layout, device, pin_memory)
+
+
+@register(aten.empty.memory_format)
+def empty_lowering(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return empty_memory_format(size, dtype, layout, device, pin_memory, memory_format)
+
+
+@register(aten.fill_.Scalar, aten.fill_.Tensor)
+def fill_(x, value):
+    if isinstance(value, ZyxTensor):
+        if value.dim() != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
+                               f"{value.dim()} dimensions.")
+        node = read(value)
+    elif isinstance(value, torch.Tensor):
+        node = g.const(value.item(), zdtype(x.dtype))
+    else:
+        node = g.const(value, zdtype(x.dtype))
+    write(x, node)
+    return x
+
+
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def fill(x, value):
+    out = empty_like(x)
+    return fill_(out, value)
+
+
+@register(aten.zero_.default)
+def zero_(x):
+    write(x, g.const(0, zdtype(x.dtype)))
+    return x
+
+
+def _source_node(src, device):
+    if isinstance(src, ZyxTensor):
+        if src._storage.device is not device:
+            # Cross-device: through the host (devices only share host memory).
+            return from_cpu(to_cpu(src), device)
+        return read(src)
+    return from_cpu(src, device)
+
+
+@register(aten.copy_.default)
+def copy_(dst, src, non_blocking=False):
+    if not isinstance(dst, ZyxTensor):
+        dst.copy_(to_cpu(src))
+        return dst
+    node = _source_node(src, dst._storage.device)
+    try:
+        torch.broadcast_shapes(tuple(src.shape), tuple(dst.shape))
+    except RuntimeError:
+        raise RuntimeError(f"The size of tensor a ({dst.shape[-1] if dst.dim() else 1}) must match the size of "
+                           f"tensor b ({src.shape[-1] if src.dim() else 1}) at non-singleton dimension") from None
+    write(dst, node)
+    return dst
+
+
+@register(aten._copy_from.default)
+def _copy_from(src, dst, non_blocking=False):
+    return copy_(dst, src)
+
+
+@register(aten._to_copy.default)
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    dtype = dtype or x.dtype
+    if device is not None and torch.device(device).type == "cpu":
+        return to_cpu(x).to(dtype)
+    target = _device(torch.device(device).index) if device is not None else x._storage.device
+    node = _source_node(x, target)
+    return wrap(g.cast(node, zdtype(dtype)), target)
+
+
+@register(aten.clone.default)
+def clone(x, memory_format=None):
+    meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    meta = meta.clone(memory_format=memory_format or torch.preserve_format)
+    node = read(x)
+    if tuple(meta.stride()) == g.contiguous_strides(tuple(x.shape)):
+        return wrap(node, x._storage.device)
+    out = empty_storage(meta.shape, meta.stride(), x.dtype, x.device.index)
+    write(out, node)
+    return out
+
+
+@register(aten.lift_fresh.default, aten.lift_fresh_copy.default)
+def lift_fresh(x):
+    return x if isinstance(x, ZyxTensor) else wrap(from_cpu(x, device_of(x) or _device(0)), _device(0))
+
+
+@register(aten._local_scalar_dense.default)
+def local_scalar_dense(x):
+    return to_cpu(x).item()
+
+
+@register(aten.arange.start_step)
+def arange(start, end=None, step=1, dtype=None, layout=None, device=None, pin_memory=None):
+    cpu_meta = torch.arange(start, end, step, dtype=dtype, device="meta")
+    n = cpu_meta.numel()
+    out_dtype = zdtype(cpu_meta.dtype)
+    index = torch.device(device).index if device is not None else None
+    compute = dtypes.float64 if out_dtype.is_float else dtypes.int64
+    values = g.binary("add", g.const(start, compute, (n,)),
+                      g.binary("mul", g.cast(g.iota((n,)), compute), g.const(step, compute, (n,))))
+    return wrap(g.cast(values, out_dtype), _device(index))
+
+
+@register(aten.arange.start_out)
+def arange_out(start, end, step=1, out=None):
+    result = arange(start, end, step, dtype=out.dtype, device=out.device)
+    out.resize_(result.shape)
+    write(out, read(result))
+    return out
+
+
+@register(aten.linspace.default)
+def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    index = torch.device(device).index if device is not None else None
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    i = g.cast(g.iota((steps,)), dtypes.float64)
+    # PyTorch fills the first half from start and the second half from end (symmetry).
+    half = steps // 2
+    low = g.binary("add", g.const(start, dtypes.float64, (steps,)), g.binary("mul", i, g.const(step, dtypes.float64,
+                                                                                          (steps,))))
+    high = g.binary("sub", g.const(end, dtypes.float64, (steps,)),
+                    g.binary("mul", g.binary("sub", g.const(steps - 1, dtypes.float64, (steps,)), i),
+                             g.const(step, dtypes.float64, (steps,))))
+    values = g.where(g.binary("lt", g.iota((steps,)), g.const(half, dtypes.int64, (steps,))), low, high)
+    return wrap(g.cast(values, zdtype(dtype)), _device(index))
+
+
+@register(aten.linspace.out)
+def linspace_out(start, end, steps, out=None):
+    result = linspace(start, end, steps, dtype=out.dtype, device=out.device)
+    out.resize_(result.shape)
+    write(out, read(result))
+    return out
+
+
+@register(aten.eye.default, aten.eye.m)
+def eye(n, m=None, dtype=None, layout=None, device=None, pin_memory=None):
+    m = n if m is None else m
+    dtype = dtype or torch.get_default_dtype()
+    index = torch.device(device).index if device is not None else None
+    rows = g.expand(g.reshape(g.iota((n,)), (n, 1)), (n, m))
+    cols = g.expand(g.reshape(g.iota((m,)), (1, m)), (n, m))
+    return wrap(g.cast(g.binary("eq", rows, cols), zdtype(dtype)), _device(index))
+
+
+@register(aten.eye.out, aten.eye.m_out)
+def eye_out(n, m=None, out=None):
+    result = eye(n, m, dtype=out.dtype, device=out.device)
+    out.resize_(result.shape)
+    write(out, read(result))
+    return out
+
+
+# ------------------------------------------------------------------------------- random
+
+
+def uniform_node(shape, device) -> g.Node:
+    seed, offset = random.take(device.index, math.prod(shape))
+    return g.random(seed, offset, tuple(shape))
+
+
+def normal_node(shape, device, dtype) -> g.Node:
+    u1 = g.cast(uniform_node(shape, device), dtypes.float64 if dtype == dtypes.float64 else dtypes.float32)
+    u2 = g.cast(uniform_node(shape, device), u1.dtype)
+    one = g.const(1.0, u1.dtype, u1.shape)
+    radius = g.unary("sqrt", g.binary("mul", g.const(-2.0, u1.dtype, u1.shape),
+                                      g.unary("log", g.binary("sub", one, u1))))
+    angle = g.binary("mul", g.const(2 * math.pi, u1.dtype, u1.shape), u2)
+    return g.binary("mul", radius, g.unary("cos", angle))
+
+
+@register(aten.uniform_.default)
+def uniform_(x, from_=0.0, to=1.0, generator=None):
+    u = g.cast(uniform_node(x.shape, x._storage.device), zdtype(x.dtype) if x.dtype.is_floating_point
+               else dtypes.float32)
+    span = g.const(to - from_, u.dtype, u.shape)
+    write(x, g.binary("add", g.const(from_, u.dtype, u.shape), g.binary("mul", u, span)))
+    return x
+
+
+@register(aten.normal_.default)
+def normal_(x, mean=0.0, std=1.0, generator=None):
+    z = normal_node(x.shape, x._storage.device, zdtype(x.dtype))
+    write(x, g.binary("add", g.const(mean, z.dtype, z.shape), g.binary("mul", z, g.const(std, z.dtype, z.shape))))
+    return x
+
+
+@register(aten.bernoulli_.float)
+def bernoulli_float_(x, p=0.5, generator=None):
+    u = uniform_node(x.shape, x._storage.device)
+    write(x, g.binary("lt", u, g.const(p, dtypes.float32, u.shape)))
+    return x
+
+
+@register(aten.bernoulli_.Tensor)
+def bernoulli_tensor_(x, p, generator=None):
+    u = g.cast(uniform_node(x.shape, x._storage.device), dtypes.float64)
+    pn = g.cast(read(p), dtypes.float64)
+    pn = g.expand(g.reshape(pn, (1,) * (x.dim() - p.dim()) + pn.shape), tuple(x.shape))
+    write(x, g.binary("lt", u, pn))
+    return x
+
+
+@register(aten.bernoulli.default)
+def bernoulli(p, generator=None):
+    out = empty_like(p)
+    return bernoulli_tensor_(out, p)
+
+
+@register(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default)
+def random_(x, from_=0, to=None, generator=None):
+    if to is None:
+        if x.dtype.is_floating_point:
+            to = 2 ** torch.finfo(x.dtype).nmant + 1
+        elif x.dtype == torch.bool:
+            to = 2
+        else:
+            to = torch.iinfo(x.dtype).max
+            to = to + 1 if from_ == 0 and x.dtype != torch.int64 else to
+    u = g.cast(uniform_node(x.shape, x._storage.device), dtypes.float64)
+    span = g.const(float(to - from_), dtypes.float64, u.shape)
+    value = g.binary("add", g.unary("floor", g.binary("mul", u, span)), g.const(float(from_), dtypes.float64, u.shape))
+    write(x, value)
+    return x
+
+
+@register(aten.native_dropout.default)
+def native_dropout(x, p, train):
+    if not train or p == 0:
+        return wrap(read(x), x._storage.device), wrap(g.const(True, dtypes.bool_, tuple(x.shape)),
+                                                       x._storage.device)
+    u = uniform_node(x.shape, x._storage.device)
+    keep = g.binary("le", g.const(p, dtypes.float32, u.shape), u)
+    xn = read(x)
+    scale = g.const(1.0 / (1.0 - p) if p < 1 else 0.0, xn.dtype, xn.shape)
+    out = g.where(keep, g.binary("mul", xn, scale), g.const(0, xn.dtype, xn.shape))
+    device = x._storage.device
+    return wrap(out, device), wrap(keep, device)
+
+
+@register(aten.native_dropout_backward.default)
+def native_dropout_backward(grad, mask, scale):
+    gn = read(grad)
+    m = g.cast(read(mask), gn.dtype)
+    return wrap(g.binary("mul", g.binary("mul", gn, m), g.const(scale, gn.dtype, gn.shape)), grad._storage.device)
+
+
+# ------------------------------------------------------------------------------- storage ops
+
+
+@register(aten.resize_.default)
+def resize_(x, size, memory_format=None):
+    size = tuple(int(s) for s in size)
+    storage = x._storage
+    strides = _contiguous_for(size, memory_format)
+    needed = x.storage_offset() + (1 + sum((s - 1) * st for s, st in zip(size, strides)) if all(size) else 0)
+    if needed > storage.numel:
+        # Grow: the old contents stay in front, new elements are zero (PyTorch leaves them undefined).
+        storage.value = g.pad(storage.value, ((0, needed - storage.numel),))
+        storage.numel = needed
+    restride(x, storage, size, strides, x.storage_offset())
+    return x
+
+
+@register(aten.as_strided_.default)
+def as_strided_(x, size, stride, storage_offset=None):
+    offset = x.storage_offset() if storage_offset is None else storage_offset
+    restride(x, x._storage, tuple(size), tuple(stride), offset)
+    return x
+
+
+@register(aten.set_.source_Tensor)
+def set_tensor_(x, source):
+    restride(x, source._storage, tuple(source.shape), tuple(source.stride()), source.storage_offset())
+    return x
+
+
+@register(aten.set_.default)
+def set_empty_(x):
+    storage = Storage(g.const(0, zdtype(x.dtype), (0,)), x._storage.device)
+    restride(x, storage, (0,), (1,), 0)
+    return x
+
+
+@register(aten.full_like.default)
+def full_like(x, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    out = empty_like(x, dtype=dtype, device=device, memory_format=memory_format)
+    return fill_(out, fill_value)
+
+
+@register(aten.full.default)
+def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    if dtype is None:
+        dtype = torch.bool if isinstance(fill_value, bool) else (
+            torch.int64 if isinstance(fill_value, int) else torch.get_default_dtype())
+    out = empty_memory_format(size, dtype=dtype, device=device)
+    return fill_(out, fill_value)

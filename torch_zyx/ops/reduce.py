@@ -1,0 +1,323 @@
+"""Reduction lowerings: sum/mean/prod/amax/amin, max/min with indices, arg*, var/std,
+logsumexp, any/all, cumsum. All become keepdim REDUCE nodes (squeezed after if asked), so the
+elementwise work before and after them fuses into the same kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import dtypes
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from ..tensor import read, wrap, zdtype
+from .registry import aten, register
+
+
+def norm_dims(x, dim) -> tuple[int, ...]:
+    nd = x.dim()
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(nd))
+    if isinstance(dim, int):
+        dim = [dim]
+    if nd == 0:
+        for d in dim:
+            if d not in (0, -1):
+                raise IndexError(f"Dimension out of range (expected to be in range of [-1, 0], but got {d})")
+        return ()
+    out = []
+    for d in dim:
+        if not -nd <= d < nd:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {d})")
+        out.append(d % nd)
+    return tuple(sorted(set(out)))
+
+
+def finish(node: Node, dims, keepdim: bool) -> Node:
+    if keepdim:
+        return node
+    return g.reshape(node, tuple(s for i, s in enumerate(node.shape) if i not in dims))
+
+
+def _sum_dtype(x, dtype):
+    if dtype is not None:
+        return dtype
+    if x.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32):
+        return torch.int64
+    return x.dtype
+
+
+def reduce_node(op: str, node: Node, dims) -> Node:
+    if not node.shape:
+        return node
+    if node.numel == 0:
+        return None
+    return g.reduce(op, node, dims)
+
+
+def _accumulate_dtype(dtype: dtypes.DType) -> dtypes.DType:
+    return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def sum_(x, dim=None, keepdim=False, dtype=None):
+    dims = norm_dims(x, dim)
+    out_dtype = zdtype(_sum_dtype(x, dtype))
+    node = g.cast(read(x), _accumulate_dtype(out_dtype))
+    if node.numel == 0:
+        shape = tuple(1 if i in dims else s for i, s in enumerate(node.shape))
+        return wrap(finish(g.const(0, out_dtype, shape), dims, keepdim), x._storage.device)
+    out = g.cast(g.reduce("sum", node, dims) if node.shape else node, out_dtype)
+    return wrap(finish(out, dims, keepdim), x._storage.device)
+
+
+@register(aten.prod.default, aten.prod.dim_int)
+def prod(x, dim=None, keepdim=False, dtype=None):
+    dims = norm_dims(x, dim)
+    out_dtype = zdtype(_sum_dtype(x, dtype))
+    node = g.cast(read(x), _accumulate_dtype(out_dtype))
+    if node.numel == 0:
+        shape = tuple(1 if i in dims else s for i, s in enumerate(node.shape))
+        return wrap(finish(g.const(1, out_dtype, shape), dims, keepdim), x._storage.device)
+    out = g.cast(g.reduce("prod", node, dims) if node.shape else node, out_dtype)
+    return wrap(finish(out, dims, keepdim), x._storage.device)
+
+
+@register(aten.mean.dim, aten.mean.default)
+def mean(x, dim=None, keepdim=False, dtype=None):
+    out_dtype = dtype or x.dtype
+    if not (out_dtype.is_floating_point or out_dtype.is_complex):
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                           f"complex dtype. Got: {str(out_dtype).replace('torch.', '').capitalize()}")
+    dims = norm_dims(x, dim)
+    node = g.cast(read(x), _accumulate_dtype(zdtype(out_dtype)))
+    count = math.prod(node.shape[d] for d in dims) if node.shape else 1
+    if node.shape and node.numel:
+        node = g.reduce("sum", node, dims)
+    elif node.shape:
+        shape = tuple(1 if i in dims else s for i, s in enumerate(node.shape))
+        node = g.const(float("nan"), node.dtype, shape)
+    out = g.binary("div", node, g.const(float(count), node.dtype, node.shape))
+    return wrap(finish(g.cast(out, zdtype(out_dtype)), dims, keepdim), x._storage.device)
+
+
+def _minmax(op: str, x, dim, keepdim) -> Node:
+    dims = norm_dims(x, dim)
+    node = read(x)
+    if node.numel == 0:
+        raise IndexError(f"{'amax' if op == 'max' else 'amin'}(): Expected reduction dim "
+                         f"{dims[0] if dims else 0} to have non-zero size.")
+    if not node.shape:
+        return node
+    out = g.reduce(op, node, dims)
+    if node.dtype.is_float:
+        # max/min propagate NaN: the reduce uses maximum/minimum, which already do.
+        pass
+    return finish(out, dims, keepdim)
+
+
+@register(aten.amax.default)
+def amax(x, dim=(), keepdim=False):
+    return wrap(_minmax("max", x, dim, keepdim), x._storage.device)
+
+
+@register(aten.amin.default)
+def amin(x, dim=(), keepdim=False):
+    return wrap(_minmax("min", x, dim, keepdim), x._storage.device)
+
+
+@register(aten.max.default)
+def max_all(x):
+    if x.numel() == 0:
+        raise RuntimeError("max(): Expected reduction dim to be specified for input.numel() == 0. "
+                           "Specify the reduction dim with the 'dim' argument.")
+    return wrap(_minmax("max", x, None, False), x._storage.device)
+
+
+@register(aten.min.default)
+def min_all(x):
+    if x.numel() == 0:
+        raise RuntimeError("min(): Expected reduction dim to be specified for input.numel() == 0. "
+                           "Specify the reduction dim with the 'dim' argument.")
+    return wrap(_minmax("min", x, None, False), x._storage.device)
+
+
+def arg_index(node: Node, extreme: Node, dim: int) -> Node:
+    """First index along ``dim`` where ``node`` equals ``extreme`` (NaN counts as the extreme)."""
+    n = node.shape[dim]
+    shape = node.shape
+    positions = g.expand(g.reshape(g.iota((n,)), tuple(n if i == dim else 1 for i in range(len(shape)))), shape)
+    ext = g.expand(extreme, shape)
+    hit = g.binary("eq", node, ext)
+    if node.dtype.is_float:
+        hit = g.binary("or", hit, g.unary("isnan", node))
+    candidates = g.where(hit, positions, g.const(n, dtypes.int64, shape))
+    return g.reduce("min", candidates, (dim,))
+
+
+def _max_min_dim(op: str, x, dim: int, keepdim: bool):
+    node = read(x)
+    if not node.shape:
+        return wrap(node, x._storage.device), wrap(g.const(0, dtypes.int64, ()), x._storage.device)
+    dim = dim % x.dim()
+    if node.shape[dim] == 0:
+        raise IndexError(f"{op}(): Expected reduction dim {dim} to have non-zero size.")
+    extreme = g.reduce(op, node, (dim,))
+    index = arg_index(node, extreme, dim)
+    return (wrap(finish(extreme, (dim,), keepdim), x._storage.device),
+            wrap(finish(index, (dim,), keepdim), x._storage.device))
+
+
+@register(aten.max.dim)
+def max_dim(x, dim, keepdim=False):
+    return _max_min_dim("max", x, dim, keepdim)
+
+
+@register(aten.min.dim)
+def min_dim(x, dim, keepdim=False):
+    return _max_min_dim("min", x, dim, keepdim)
+
+
+def _arg(op: str, x, dim, keepdim):
+    node = read(x)
+    if dim is None:
+        node = g.reshape(node, (node.numel,))
+        d = 0
+    else:
+        d = dim % max(x.dim(), 1)
+        if not node.shape:
+            return wrap(g.const(0, dtypes.int64, ()), x._storage.device)
+    if node.numel == 0:
+        raise IndexError(f"arg{op}(): Expected reduction dim {d} to have non-zero size.")
+    extreme = g.reduce(op, node, (d,))
+    index = arg_index(node, extreme, d)
+    if dim is None:
+        out = g.reshape(index, (1,) * x.dim()) if keepdim else g.reshape(index, ())
+    else:
+        out = finish(index, (d,), keepdim)
+    return wrap(out, x._storage.device)
+
+
+@register(aten.argmax.default)
+def argmax(x, dim=None, keepdim=False):
+    return _arg("max", x, dim, keepdim)
+
+
+@register(aten.argmin.default)
+def argmin(x, dim=None, keepdim=False):
+    return _arg("min", x, dim, keepdim)
+
+
+def _var(x, dim, correction, keepdim) -> tuple[Node, Node, tuple]:
+    dims = norm_dims(x, dim)
+    node = read(x)
+    node = g.cast(node, _accumulate_dtype(node.dtype))
+    count = math.prod(node.shape[d] for d in dims) if node.shape else 1
+    if not node.shape:
+        mean_ = node
+        sq = g.binary("mul", g.binary("sub", node, node), g.binary("sub", node, node))
+    else:
+        total = g.reduce("sum", node, dims)
+        mean_ = g.binary("div", total, g.const(float(count), node.dtype, total.shape))
+        diff = g.binary("sub", node, g.expand(mean_, node.shape))
+        sq = g.reduce("sum", g.binary("mul", diff, diff), dims)
+    correction = 1 if correction is None else correction
+    denom = max(count - correction, 0)
+    var = g.binary("div", sq, g.const(float(denom), sq.dtype, sq.shape))
+    return var, mean_, dims
+
+
+@register(aten.var.correction)
+def var(x, dim=None, correction=None, keepdim=False):
+    v, _m, dims = _var(x, dim, correction, keepdim)
+    return wrap(finish(g.cast(v, zdtype(x.dtype)), dims, keepdim), x._storage.device)
+
+
+@register(aten.std.correction)
+def std(x, dim=None, correction=None, keepdim=False):
+    v, _m, dims = _var(x, dim, correction, keepdim)
+    return wrap(finish(g.cast(g.unary("sqrt", v), zdtype(x.dtype)), dims, keepdim), x._storage.device)
+
+
+@register(aten.var_mean.correction)
+def var_mean(x, dim=None, correction=None, keepdim=False):
+    v, m, dims = _var(x, dim, correction, keepdim)
+    dev = x._storage.device
+    return (wrap(finish(g.cast(v, zdtype(x.dtype)), dims, keepdim), dev),
+            wrap(finish(g.cast(m, zdtype(x.dtype)), dims, keepdim), dev))
+
+
+@register(aten.std_mean.correction)
+def std_mean(x, dim=None, correction=None, keepdim=False):
+    v, m, dims = _var(x, dim, correction, keepdim)
+    dev = x._storage.device
+    return (wrap(finish(g.cast(g.unary("sqrt", v), zdtype(x.dtype)), dims, keepdim), dev),
+            wrap(finish(g.cast(m, zdtype(x.dtype)), dims, keepdim), dev))
+
+
+@register(aten.logsumexp.default)
+def logsumexp(x, dim, keepdim=False):
+    dims = norm_dims(x, dim)
+    node = read(x)
+    if not node.dtype.is_float:
+        node = g.cast(node, dtypes.float32)
+    if not node.shape:
+        return wrap(node, x._storage.device)
+    m = g.reduce("max", node, dims)
+    # Infinite maxima would give inf - inf = nan: shift by 0 there instead.
+    finite = g.binary("lt", g.unary("abs", m), g.const(float("inf"), m.dtype, m.shape))
+    shift = g.where(finite, m, g.const(0.0, m.dtype, m.shape))
+    e = g.unary("exp", g.binary("sub", node, g.expand(shift, node.shape)))
+    out = g.binary("add", g.unary("log", g.reduce("sum", e, dims)), shift)
+    return wrap(finish(out, dims, keepdim), x._storage.device)
+
+
+def _any_all(op: str, x, dim, keepdim):
+    dims = norm_dims(x, dim)
+    node = g.cast(read(x), dtypes.bool_)
+    if not node.shape:
+        out = node
+    elif node.numel == 0:
+        shape = tuple(1 if i in dims else s for i, s in enumerate(node.shape))
+        out = g.const(op == "min", dtypes.bool_, shape)
+    else:
+        out = g.reduce(op, node, dims)
+    result_dtype = dtypes.uint8 if x.dtype == torch.uint8 else dtypes.bool_
+    return wrap(finish(g.cast(out, result_dtype), dims, keepdim), x._storage.device)
+
+
+@register(aten.any.default, aten.any.dim, aten.any.dims)
+def any_(x, dim=None, keepdim=False):
+    return _any_all("max", x, dim, keepdim)
+
+
+@register(aten.all.default, aten.all.dim, aten.all.dims)
+def all_(x, dim=None, keepdim=False):
+    return _any_all("min", x, dim, keepdim)
+
+
+@register(aten.cumsum.default)
+def cumsum(x, dim, dtype=None):
+    node = read(x)
+    out_dtype = zdtype(_sum_dtype(x, dtype))
+    node = g.cast(node, _accumulate_dtype(out_dtype))
+    if not node.shape:
+        return wrap(g.cast(node, out_dtype), x._storage.device)
+    dim = dim % x.dim()
+    n = node.shape[dim]
+    if n == 0:
+        return wrap(g.cast(node, out_dtype), x._storage.device)
+    # out[..., i, ...] = sum_j x[..., j, ...] * (j <= i): a masked triangular reduce (fuses, no scan).
+    shape = node.shape
+    wide = shape + (n,)
+    perm = list(range(len(shape)))
+    source = g.reshape(node, shape + (1,))
+    source = g.permute(source, tuple(perm[:dim] + [len(shape)] + perm[dim + 1:] + [dim]))
+    source = g.expand(source, wide)
+    i_pos = g.expand(g.reshape(g.iota((n,)), tuple(n if k == dim else 1 for k in range(len(shape))) + (1,)), wide)
+    j_pos = g.expand(g.reshape(g.iota((n,)), (1,) * len(shape) + (n,)), wide)
+    masked = g.where(g.binary("le", j_pos, i_pos), source, g.const(0, node.dtype, wide))
+    out = g.reshape(g.reduce("sum", masked, (len(shape),)), shape)
+    return wrap(g.cast(out, out_dtype), x._storage.device)

@@ -1,0 +1,158 @@
+"""Realization: run the kernelizer, codegen and runtime for lazy values that must exist now.
+
+The executor between the lazy graph and the devices. ``realize(roots)`` looks the graph's
+structure up in the schedule cache (building kernels and programs only on a miss), binds the
+graph's buffers and random seeds, allocates temporaries from the device pool, launches every
+kernel with the events of the buffers it touches (ASYNC EVENT RULES) and returns one buffer
+per root. Nothing here knows about torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+
+from .counters import bump
+from .codegen import llvm as llvm_renderer
+from .codegen.lower import lower
+from .config import CONFIG, DEBUG_DEVICES, DEBUG_LAUNCHES, DEBUG_PERF, DEBUG_SCHEDULE, DEBUG_SOURCE
+from .lazy import graph as g
+from .lazy.graph import Node
+from .lazy.kernelize import GraphSignature, Schedule, kernelize
+from .memory.buffer import Buffer
+from .memory.events import EventTable
+
+log = logging.getLogger("torch_zyx")
+
+RENDERERS = {"llvm": llvm_renderer.render}
+
+
+class DeviceContext:
+    """One zyx device: its runtime, pool, event table and compiled programs."""
+
+    def __init__(self, index: int, runtime):
+        self.index = index
+        self.runtime = runtime
+        self.pool = runtime.pool
+        self.events = EventTable()
+        self.programs: dict[str, object] = {}
+        self.render = RENDERERS[runtime.renderer]
+
+    def program(self, name: str, source: str):
+        program = self.programs.get(source)
+        if program is None:
+            if CONFIG.debug & DEBUG_SOURCE:
+                print(f"zyx source {name}:\n{source}")
+            program = self.runtime.compile(name, source)
+            self.programs[source] = program
+            bump("kernels_compiled")
+        return program
+
+    def synchronize(self) -> None:
+        for event in self.events.take_all():
+            event.wait()
+
+
+class Plan:
+    """A cached schedule with its compiled programs."""
+
+    def __init__(self, schedule: Schedule, programs: list, kernels_ir: list):
+        self.schedule = schedule
+        self.programs = programs
+        self.kernels_ir = kernels_ir
+
+
+_devices: list[DeviceContext] = []
+_plans: dict[tuple, Plan] = {}
+
+
+def devices() -> list[DeviceContext]:
+    if not _devices:
+        from .runtime.cpu import CPUDevice  # the runtime is the last stage: loaded on first use
+
+        for name in CONFIG.backends:
+            if name == "cpu":
+                _devices.append(DeviceContext(len(_devices), CPUDevice()))
+            else:
+                log.warning("zyx: backend %r is not available in this build; skipped", name)
+        if not _devices:
+            _devices.append(DeviceContext(0, CPUDevice()))
+        if CONFIG.debug & DEBUG_DEVICES:
+            for ctx in _devices:
+                print(f"zyx:{ctx.index} {ctx.runtime.describe()}")
+    return _devices
+
+
+def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
+    bump("kernelizer_runs")
+    schedule = kernelize(roots, sig)
+    programs, kernels_ir = [], []
+    for k_index, kernel in enumerate(schedule.kernels):
+        dtypes_ = []
+        for kind, ref in kernel.slots:
+            dtypes_.append(sig.buffers[ref].dtype if kind == "in" else schedule.temps[ref][0])
+        loop = lower(kernel, "zyx_kernel", dtypes_)
+        source = device.render(loop)
+        # The name comes from the source, so identical kernels of different graphs share one program.
+        loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
+        programs.append(device.program(loop.name, source.replace("@zyx_kernel(", f"@{loop.name}(")))
+        kernels_ir.append(loop)
+        if CONFIG.debug & DEBUG_SCHEDULE:
+            print(f"zyx schedule kernel {k_index}: shape {kernel.shape}, slots {kernel.slots}, "
+                  f"stores {[s.target for s in kernel.stores]}")
+            for store in kernel.stores:
+                print(f"    store t{store.target} view={store.view} <- {_ast_text(store.value)}")
+    return Plan(schedule, programs, kernels_ir)
+
+
+def _ast_text(node: Node, depth: int = 0) -> str:
+    if depth > 6:
+        return "..."
+    if not node.srcs:
+        return f"{node.op}({node.arg})"
+    inner = ", ".join(_ast_text(s, depth + 1) for s in node.srcs)
+    return f"{node.op}[{node.arg}]({inner})" if node.arg is not None else f"{node.op}({inner})"
+
+
+def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
+    """Buffers holding the values of ``roots`` (flat nodes), computing what is needed."""
+    if all(r.op == "BUFFER" for r in roots):
+        return [r.arg for r in roots]
+    bump("realizations")
+    g.PendingCounter.count = 0
+    sig = GraphSignature(roots)
+    plan = _plans.get(sig.key)
+    if plan is None:
+        bump("schedule_cache_misses")
+        plan = _build_plan(device, roots, sig)
+        _plans[sig.key] = plan
+    else:
+        bump("schedule_cache_hits")
+    schedule = plan.schedule
+    temps: list[Buffer | None] = [None] * len(schedule.temps)
+    for t_index, (dtype, numel) in enumerate(schedule.temps):
+        temps[t_index] = Buffer(device, dtype, numel)
+        bump("bytes_allocated", temps[t_index].nbytes)
+    perf = CONFIG.debug & DEBUG_PERF
+    for k_index, (kernel, program) in enumerate(zip(schedule.kernels, plan.programs)):
+        buffers = [sig.buffers[ref] if kind == "in" else temps[ref] for kind, ref in kernel.slots]
+        params = [sig.random_args[p] for p in kernel.params]
+        ids = [b.id for b in buffers]
+        wait = device.events.take(ids)
+        loop = plan.kernels_ir[k_index]
+        start = time.perf_counter() if perf else 0.0
+        event = program.launch(buffers, params, loop.global_size, loop.work, wait)
+        device.events.record(ids, event)
+        bump("kernels_launched")
+        if CONFIG.debug & DEBUG_LAUNCHES:
+            print(f"zyx launch {program.name} global={loop.global_size} buffers={ids}")
+        if perf:
+            event.wait()
+            elapsed = time.perf_counter() - start
+            print(f"zyx perf {program.name}: {elapsed * 1e6:9.1f} us  {loop.flops / elapsed / 1e9:8.2f} GFLOP/s "
+                  f"{loop.bytes / elapsed / 1e9:8.2f} GB/s")
+    out = []
+    for ref in schedule.root_temps:
+        out.append(sig.buffers[-1 - ref] if ref < 0 else temps[ref])
+    return out

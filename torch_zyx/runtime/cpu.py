@@ -1,0 +1,148 @@
+"""CPU runtime: LLVM IR text → machine code with llvmlite (host CPU, O3), launched through ctypes.
+
+A program is ``void kernel(ptr* buffers, i64* params, i64 start, i64 end)`` that runs outer
+iterations [start, end). ``launch`` splits the outer range over a thread pool; ctypes releases
+the GIL during the call, so the chunks run in parallel and the Python thread keeps recording.
+Compiled objects are cached on disk under ``$XDG_CACHE_HOME/zyx/llvm`` keyed by source hash.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import llvmlite.binding as llvm
+
+from ..config import CONFIG, DEBUG_COMPILE
+from ..memory.events import Event, completed, wait_all
+from ..memory.host import HostPool
+
+log = logging.getLogger("torch_zyx")
+
+_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+# Below this many scalar operations a launch runs on the calling thread: waking the pool costs more.
+_SERIAL_WORK = 1 << 15
+
+
+class CompileError(RuntimeError):
+    """A kernel failed to compile; carries the source and the compiler's message."""
+
+    def __init__(self, name: str, source: str, message: str):
+        numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(source.splitlines()))
+        super().__init__(
+            f"zyx: compiling kernel {name} failed:\n{message}\n--- source ---\n{numbered}\n"
+            f"--- reproduce: save the source to k.ll and run `llc -O3 k.ll` ---")
+        self.source, self.log = source, message
+
+
+class CPUProgram:
+    def __init__(self, device: CPUDevice, name: str, engine, address: int, source: str):
+        self.device, self.name, self.source = device, name, source
+        self._engine = engine  # keeps the machine code alive
+        self._fn = _KERNEL_TYPE(address)
+
+    def launch(self, buffers: list, params: list[int], global_size: int, work: int,
+               wait_events: list[Event]) -> Event:
+        """Run outer iterations [0, global_size); ``work`` estimates total scalar operations."""
+        pointers = (ctypes.c_void_p * max(len(buffers), 1))(*[b.ptr for b in buffers])
+        param_array = (ctypes.c_int64 * max(len(params), 1))(*params)
+        threads = self.device.threads
+        if threads <= 1 or work < _SERIAL_WORK or global_size <= 1:
+            wait_all(wait_events)
+            self._fn(pointers, param_array, 0, global_size)
+            return completed()
+        chunks = min(threads, global_size)
+        bounds = [global_size * c // chunks for c in range(chunks + 1)]
+        event = Event(keepalive=(pointers, param_array, buffers))
+        remaining = [chunks]
+        lock = threading.Lock()
+
+        def run_chunk(start: int, end: int) -> None:
+            error = None
+            try:
+                wait_all(wait_events)
+                self._fn(pointers, param_array, start, end)
+            except BaseException as exc:  # surfaced through the event
+                error = exc
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last or error is not None:
+                event.set(error)
+
+        for c in range(chunks):
+            self.device.executor.submit(run_chunk, bounds[c], bounds[c + 1])
+        return event
+
+
+class CPUDevice:
+    """The embedded default device: the host CPU through LLVM."""
+
+    name = "cpu"
+    renderer = "llvm"
+
+    def __init__(self):
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        self.triple = llvm.get_process_triple()
+        self.target_machine = target.create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
+            reloc="pic", codemodel="default")
+        self.threads = CONFIG.threads
+        self.executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="zyx-cpu")
+        self.pool = HostPool()
+        self._cache_dir = CONFIG.cache_dir / "llvm"
+        self._lock = threading.Lock()
+        self.vector_bits = 512 if "+avx512f" in llvm.get_host_cpu_features().flatten() else 256
+
+    def describe(self) -> str:
+        return f"cpu: {llvm.get_host_cpu_name()} ({self.threads} threads, LLVM)"
+
+    def _optimize(self, module) -> None:
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pto.loop_interleaving = True
+        pass_builder = llvm.create_pass_builder(self.target_machine, pto)
+        pass_builder.getModulePassManager().run(module, pass_builder)
+
+    def compile(self, name: str, source: str) -> CPUProgram:
+        digest = hashlib.sha256((self.triple + llvm.get_host_cpu_name() + source).encode()).hexdigest()[:32]
+        cached_object = self._cache_dir / f"{digest}.o"
+        with self._lock:
+            try:
+                module = llvm.parse_assembly(source)
+                module.verify()
+            except RuntimeError as exc:
+                raise CompileError(name, source, str(exc)) from None
+            module.triple = self.triple
+            cached = cached_object.read_bytes() if CONFIG.disk_cache and cached_object.exists() else None
+            if cached is None:
+                self._optimize(module)
+                if CONFIG.debug & DEBUG_COMPILE:
+                    print(f"zyx compile {name}: {len(source)} chars of LLVM IR")
+            engine = llvm.create_mcjit_compiler(module, self.target_machine)
+            # The object cache hands MCJIT the machine code from disk (no codegen) or is told
+            # the fresh machine code so the next process can skip compiling.
+            engine.set_object_cache(lambda _module, data: self._store_object(cached_object, data),
+                                    lambda _module: cached)
+            engine.finalize_object()
+            address = engine.get_function_address(name)
+        return CPUProgram(self, name, engine, address, source)
+
+    def _store_object(self, path, data: bytes) -> None:
+        if not CONFIG.disk_cache:
+            return
+        try:
+            self._cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.debug("zyx: cannot write kernel cache %s: %s", path, exc)

@@ -1,0 +1,195 @@
+"""The torch-facing tensor model: ``ZyxTensor`` wrappers over shared, lazily valued storages.
+
+Stage 1 support (DESIGN.md "Tensors, storages, views, mutation"). A ``ZyxTensor`` is a
+wrapper subclass; PyTorch keeps its sizes, strides and offset. Every tensor points at a
+``Storage`` shared by all its views; the storage holds the *current lazy value* of its flat
+contents. Reading a tensor is a strided view node on that value; writing (in-place, ``out=``)
+replaces the value by "old value with this view's region overwritten".
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+
+from . import dtypes
+from .config import CONFIG
+from .lazy import graph as g
+from .lazy.graph import Node
+
+TORCH_TO_ZYX = {
+    torch.float16: dtypes.float16, torch.bfloat16: dtypes.bfloat16, torch.float32: dtypes.float32,
+    torch.float64: dtypes.float64, torch.int8: dtypes.int8, torch.int16: dtypes.int16,
+    torch.int32: dtypes.int32, torch.int64: dtypes.int64, torch.uint8: dtypes.uint8, torch.bool: dtypes.bool_,
+}
+ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
+
+_live_storages: weakref.WeakSet = weakref.WeakSet()
+
+
+def supports_dtype(dtype: torch.dtype) -> bool:
+    """Whether zyx computes ``dtype`` natively (as zyx's ``supports_dtype``)."""
+    return dtype in TORCH_TO_ZYX
+
+
+def zdtype(dtype: torch.dtype) -> dtypes.DType:
+    try:
+        return TORCH_TO_ZYX[dtype]
+    except KeyError:
+        raise TypeError(f"zyx does not support dtype {dtype}") from None
+
+
+class Storage:
+    """Flat contents shared by every view: a lazy ``value`` node of shape (numel,)."""
+
+    __slots__ = ("value", "dtype", "numel", "device", "__weakref__")
+
+    def __init__(self, value: Node, device):
+        self.value = value
+        self.dtype = value.dtype
+        self.numel = value.shape[0]
+        self.device = device
+        _live_storages.add(self)
+
+    def realize(self):
+        """The buffer holding this storage's contents (computing pending work)."""
+        from .realize import realize
+
+        if self.value.op != "BUFFER":
+            (buffer,) = realize([self.value], self.device)
+            self.value = g.buffer(buffer, self.dtype, self.numel)
+        return self.value.arg
+
+
+def pending_storages() -> list[Storage]:
+    return [s for s in list(_live_storages) if s.value.op != "BUFFER"]
+
+
+# The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
+# in-place metadata changes (resize_, as_strided_, set_) always pass PyTorch's bounds check.
+_VIRTUAL_STORAGE_BYTES = 1 << 50
+
+
+class ZyxTensor(torch.Tensor):
+    """A tensor on a ``zyx`` device. Its data lives in ``_storage`` (lazy until realized)."""
+
+    _storage: Storage
+
+    @staticmethod
+    def __new__(cls, storage: Storage, shape, strides, offset: int, requires_grad: bool = False):
+        out = torch.Tensor._make_wrapper_subclass(
+            cls, tuple(shape), strides=tuple(strides), storage_offset=offset,
+            dtype=ZYX_TO_TORCH[storage.dtype], device=torch.device("zyx", storage.device.index),
+            requires_grad=requires_grad, storage_size=_VIRTUAL_STORAGE_BYTES)
+        out._storage = storage
+        return out
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from .dispatch import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        # Formatted from a CPU copy exactly as CPU tensors are; torch adds device='zyx:N'.
+        if tensor_contents is None and self.numel() > 0:
+            cpu = to_cpu(self)
+            tensor_contents = torch._tensor_str._tensor_str(cpu, len("tensor("))
+        text = torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        prefix = type(self).__name__ + "("
+        return "tensor(" + text[len(prefix):] if text.startswith(prefix) else text
+
+    def __format__(self, format_spec: str) -> str:
+        if self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
+
+# ------------------------------------------------------------------------------- reading
+
+
+def restride(t: ZyxTensor, storage: Storage, size, strides, offset: int) -> None:
+    """Give ``t`` new sizes/strides/offset (and storage) in place, keeping the Python object."""
+    from torch.utils._mode_utils import no_dispatch
+
+    t._storage = storage
+    with no_dispatch():
+        torch.Tensor.as_strided_(t, tuple(size), tuple(strides), offset)
+
+
+def read(t: ZyxTensor) -> Node:
+    """The lazy value of ``t`` in its logical shape."""
+    storage = t._storage
+    return g.strided(storage.value, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def wrap(node: Node, device) -> ZyxTensor:
+    """A fresh contiguous tensor holding ``node``."""
+    value = g.reshape(node, (node.numel,))
+    storage = Storage(value, device)
+    _maybe_flush()
+    return ZyxTensor(storage, node.shape, g.contiguous_strides(node.shape), 0)
+
+
+def write(t: ZyxTensor, node: Node) -> None:
+    """Overwrite ``t``'s region of its storage with ``node`` (cast and broadcast to ``t``)."""
+    storage = t._storage
+    node = g.cast(node, storage.dtype)
+    shape = tuple(t.shape)
+    if node.shape != shape:
+        node = g.expand(g.reshape(node, (1,) * (len(shape) - len(node.shape)) + node.shape), shape)
+    strides, offset = tuple(t.stride()), t.storage_offset()
+    if offset == 0 and math.prod(shape) == storage.numel and strides == g.contiguous_strides(shape):
+        storage.value = g.reshape(node, (storage.numel,))
+    elif math.prod(shape) == 0:
+        return
+    else:
+        storage.value = g.setview(storage.value, node, shape, strides, offset)
+    _maybe_flush()
+
+
+def _maybe_flush() -> None:
+    """Realize everything pending when the graph grows past ``ZYX_MAX_PENDING`` nodes."""
+    if g.PendingCounter.count > CONFIG.max_pending:
+        realize_all()
+
+
+def realize_all() -> None:
+    g.PendingCounter.count = 0
+    by_device: dict[int, list[Storage]] = {}
+    for storage in pending_storages():
+        by_device.setdefault(storage.device.index, []).append(storage)
+    from .realize import realize
+
+    for storages in by_device.values():
+        buffers = realize([s.value for s in storages], storages[0].device)
+        for storage, buffer in zip(storages, buffers):
+            storage.value = g.buffer(buffer, storage.dtype, storage.numel)
+
+
+def to_cpu(t: ZyxTensor) -> torch.Tensor:
+    """A CPU copy of ``t`` (realizes its storage)."""
+    storage = t._storage
+    buffer = storage.realize()
+    device = storage.device
+    flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])
+    if storage.numel:
+        device.pool.pool_to_host(buffer.raw, flat.data_ptr(), buffer.nbytes, device.events.take([buffer.id]))
+    return flat.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset()).clone()
+
+
+def from_cpu(src: torch.Tensor, device) -> Node:
+    """A BUFFER node holding a copy of the CPU tensor ``src``."""
+    from .memory.buffer import Buffer
+
+    src = src.detach().contiguous()
+    dtype = zdtype(src.dtype)
+    buffer = Buffer(device, dtype, src.numel())
+    if src.numel():
+        event = device.pool.host_to_pool(src.data_ptr(), buffer.nbytes, src, buffer.raw, device.events.take([buffer.id]))
+        device.events.record([buffer.id], event)
+    return g.reshape(g.buffer(buffer, dtype, src.numel()), tuple(src.shape))
