@@ -103,10 +103,55 @@ class ZyxTensor(torch.Tensor):
         prefix = type(self).__name__ + "("
         return "tensor(" + text[len(prefix):] if text.startswith(prefix) else text
 
+    # ``x.data = y`` swaps the TensorImpl's metadata in C++ (shallow_copy_from) without telling
+    # Python, so the new storage must be carried over here or reads would see the old one.
+    @property
+    def data(self):
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, new) -> None:
+        torch._C.TensorBase.data.__set__(self, new)
+        if isinstance(new, ZyxTensor):
+            self._storage = new._storage
+
+    def __reduce_ex__(self, proto):
+        # The wrapper's own storage is a placeholder, so pickling saves a CPU copy of the
+        # values (a plain tensor torch.save knows) and rebuilds it on zyx when loaded.
+        state = {k: v for k, v in self.__dict__.items() if k != "_storage"}
+        return (_rebuild_zyx, (to_cpu(self), self.device.index or 0, self.requires_grad, state))
+
     def __format__(self, format_spec: str) -> str:
         if self.dim() == 0:
             return self.item().__format__(format_spec)
         return object.__format__(self, format_spec)
+
+
+def _target_of(origin: str):
+    """Where ``torch.load``'s ``map_location`` sends a tensor saved from ``origin`` ("zyx:N")."""
+    location = torch.serialization._serialization_tls.map_location
+    if location is None:
+        return origin
+    if isinstance(location, dict):
+        return location.get(origin, origin)
+    if callable(location):
+        placed = location(torch.UntypedStorage(0), origin)
+        return origin if placed is None else str(placed.device)
+    return str(location)
+
+
+def _rebuild_zyx(cpu: torch.Tensor, index: int, requires_grad: bool, state: dict):
+    """Inverse of ``ZyxTensor.__reduce_ex__`` (registered as a safe global for weights_only)."""
+    target = torch.device(_target_of(f"zyx:{index}"))
+    out = cpu.to(target)
+    if requires_grad:
+        out.requires_grad_(True)
+    if state and isinstance(out, ZyxTensor):
+        out.__dict__.update(state)
+    return out
+
+
+torch.serialization.add_safe_globals([_rebuild_zyx])
 
 
 # ------------------------------------------------------------------------------- reading

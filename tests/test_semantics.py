@@ -1,0 +1,189 @@
+"""Aliasing and mutation semantics of zyx tensors, checked against the same code on CPU torch.
+
+Views share storage: an in-place write through any view is visible through every other view
+and the base; values captured lazily keep what they captured (DESIGN.md "Tensors, storages,
+views, mutation"). Each test runs one function on a CPU tensor and on its zyx copy.
+"""
+
+import io
+
+import pytest
+import torch
+
+from conftest import assert_close
+
+
+def _both(fn, *inputs):
+    """Run ``fn`` on CPU clones and zyx copies of ``inputs``; compare every returned tensor."""
+    cpu = fn(*[x.clone() for x in inputs])
+    zyx = fn(*[x.to("zyx") for x in inputs])
+    assert_close(zyx, cpu)
+
+
+def _base():
+    return torch.arange(24, dtype=torch.float32).reshape(4, 6)
+
+
+VIEW_MUTATIONS = {
+    "step_slice": lambda x: (x[:, ::2].mul_(10), x)[1],
+    "t": lambda x: (x.t()[1].add_(100), x)[1],
+    "transpose": lambda x: (x.transpose(0, 1)[2:4, 1:3].fill_(-1), x)[1],
+    "select": lambda x: (x.select(1, 3).zero_(), x)[1],
+    "diagonal": lambda x: (x[:, :4].diagonal().add_(5), x)[1],
+    "view": lambda x: (x.view(2, 12)[1, ::3].neg_(), x)[1],
+    "unsqueeze": lambda x: (x.unsqueeze(0)[0, 1].sub_(1), x)[1],
+    "nested": lambda x: (x[1:, 2:][::2, ::2].mul_(2), x)[1],
+    "base_to_views": lambda x: (lambda v, w: (x.add_(1), v.clone(), w.clone())[1:])(x[1], x.t()[::2]),
+    "sibling_views": lambda x: (lambda a, b: (a.mul_(3), b * 1)[1])(x[1:3], x[:, 2]),
+    "expand_read": lambda x: (lambda e: (x[0].add_(1), e + 0)[1])(x[0:1].expand(3, 6)),
+    "index_assign": lambda x: (x.__setitem__((torch.tensor([0, 2]).to(x.device),), 7.0), x)[1],
+    "mask_assign": lambda x: (x.__setitem__(x > 10, -3.0), x)[1],
+    "slice_iadd": lambda x: (x[:, 1:3].__iadd__(1), x)[1],
+    "index_put_": lambda x: x.index_put_((torch.tensor([1, 3]).to(x.device), torch.tensor([0, 5]).to(x.device)),
+                                         torch.tensor([9.0, 8.0]).to(x.device), accumulate=True),
+    "masked_fill_": lambda x: (x[:, 1:].masked_fill_(x[:, 1:] > 5, 0.5), x)[1],
+    "setitem_scalar": lambda x: (x.__setitem__((1, 2), 42.0), x)[1],
+    "setitem_tensor": lambda x: (x.__setitem__((slice(None), 0), torch.ones(4).to(x.device)), x)[1],
+}
+
+
+@pytest.mark.parametrize("name", list(VIEW_MUTATIONS))
+def test_view_mutation_visible_everywhere(name):
+    _both(VIEW_MUTATIONS[name], _base())
+
+
+def test_lazy_capture_survives_later_mutation():
+    def fn(x):
+        y = x + 1
+        v = x[1]
+        z = v * 2
+        x.add_(1)
+        v.mul_(0)
+        return y, z, x
+    _both(fn, _base())
+
+
+def test_many_mutations_chain():
+    def fn(x):
+        for i in range(5):
+            x[i % 4].add_(i)
+            x[:, i].mul_(2)
+        return x
+    _both(fn, _base())
+
+
+def test_out_fresh_resized_noncontiguous():
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    for dev in ("cpu", "zyx"):
+        pass
+
+    def fn(a, b):
+        fresh = torch.empty(3, 4, device=a.device)
+        torch.add(a, b, out=fresh)
+        resized = torch.empty(0, device=a.device)
+        torch.mul(a, b, out=resized)
+        big = torch.zeros(4, 6, device=a.device)
+        torch.sub(a, b, out=big.t()[1:5, :3].t())
+        return fresh, resized, big
+    _both(fn, a, b)
+
+
+def test_copy_across_devices_and_dtypes():
+    src = torch.randn(3, 5)
+    z = torch.zeros(3, 5, device="zyx")
+    z.copy_(src)
+    assert_close(z, src)
+    zi = torch.zeros(3, 5, dtype=torch.int32, device="zyx")
+    zi.copy_(z * 10)
+    assert_close(zi, (src * 10).to(torch.int32))
+    back = torch.zeros(3, 5, dtype=torch.float64)
+    back.copy_(z)
+    torch.testing.assert_close(back, src.double())
+    part = torch.zeros(5, 3, device="zyx")
+    part.t().copy_(src)
+    assert_close(part, src.t().contiguous())
+    z64 = torch.zeros(5, device="zyx", dtype=torch.float64)
+    z64[1:4].copy_(torch.tensor([1, 2, 3]))
+    assert_close(z64, torch.tensor([0, 1, 2, 3, 0], dtype=torch.float64))
+
+
+def test_data_detach_resize_set_clone():
+    x = torch.randn(4, 3).to("zyx")
+    d = x.detach()
+    d.add_(1)  # detach shares storage
+    cpu = torch.randn(4, 3)
+    x_cpu = cpu.clone()
+    z = cpu.to("zyx")
+    c = z.clone()
+    z.zero_()
+    x_cpu.zero_()
+    assert_close(c, cpu)  # clone independent
+    assert_close(z, x_cpu)
+    w = torch.nn.Parameter(torch.ones(2, 2, device="zyx"))
+    w.data = torch.full((3,), 2.0, device="zyx")
+    assert w.shape == (3,) and isinstance(w, torch.nn.Parameter)
+    assert_close(w.detach(), torch.full((3,), 2.0))
+    r = torch.arange(6.0).to("zyx")
+    r.resize_(2, 2)
+    assert_close(r, torch.arange(4.0).reshape(2, 2))
+    r.resize_(3, 3)
+    assert_close(r[:1], torch.tensor([[0.0, 1.0, 2.0]]))
+    s = torch.empty(0, device="zyx")
+    src = torch.arange(5.0).to("zyx")
+    s.set_(src)
+    src[0] = 9
+    assert_close(s, torch.tensor([9.0, 1, 2, 3, 4]))
+    f = torch.empty(2, 3, device="zyx").fill_(1.5)
+    assert_close(f, torch.full((2, 3), 1.5))
+    assert_close(d, d.cpu())
+
+
+def test_version_counter_and_inplace_autograd_error():
+    for dev in ("cpu", "zyx"):
+        x = torch.randn(3, device=dev, requires_grad=True)
+        y = x * 1
+        v0 = y._version
+        y.add_(1)
+        assert y._version == v0 + 1
+        y[0] = 2
+        assert y._version == v0 + 2
+        a = torch.randn(3, device=dev, requires_grad=True)
+        b = a.sigmoid()
+        c = b * 2
+        b.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            c.sum().backward()
+        # a view bumps the version of its base too
+        base = torch.randn(4, device=dev, requires_grad=True).exp()
+        out = base.sin()
+        base[1:].add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
+def test_inplace_on_view_autograd():
+    def fn(x):
+        x = x.clone().requires_grad_(True)
+        y = x * 2
+        y[:, 1].mul_(3)
+        y.t()[0].add_(1)
+        y.sum().backward()
+        return y.detach(), x.grad
+    _both(fn, _base())
+
+
+def test_save_load_roundtrip():
+    t = torch.randn(3, 4).to("zyx")
+    view = t[1:, ::2]
+    buf = io.BytesIO()
+    torch.save({"t": t, "v": view, "i": torch.arange(3).to("zyx")}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert loaded["t"].device.type == "zyx"
+    assert_close(loaded["t"], t.cpu())
+    assert_close(loaded["v"], view.cpu())
+    assert_close(loaded["i"], torch.arange(3))
+    buf.seek(0)
+    on_cpu = torch.load(buf, map_location="cpu")
+    assert on_cpu["t"].device.type == "cpu"
+    torch.testing.assert_close(on_cpu["t"], t.cpu())
