@@ -44,7 +44,7 @@ def zdtype(dtype: torch.dtype) -> dtypes.DType:
 class Storage:
     """Flat contents shared by every view: a lazy ``value`` node of shape (numel,)."""
 
-    __slots__ = ("value", "dtype", "numel", "device", "__weakref__")
+    __slots__ = ("__weakref__", "device", "dtype", "numel", "value")
 
     def __init__(self, value: Node, device):
         self.value = value
