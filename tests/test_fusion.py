@@ -1,0 +1,70 @@
+"""Fusion: how many kernels common patterns become, and the schedule cache (through counters())."""
+
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+
+
+def _chain(x):
+    # Ten elementwise ops: scalar operands, an in-place op and an out= op among them.
+    t = x * 2 + 1
+    t = t.relu() * x - 3
+    t = t * 0.5 + x
+    t.mul_(2)
+    out = torch.empty_like(t)
+    torch.sub(t, 1.5, out=out)
+    return out.exp()
+
+
+def _count(fn, *cpu_args):
+    import torch_zyx
+
+    args = [a.to("zyx") for a in cpu_args]
+    torch.zyx.synchronize()
+    torch_zyx.reset_counters()
+    result = fn(*args)
+    torch.zyx.synchronize()
+    launched = torch_zyx.counters()["kernels_launched"]
+    assert_close(result, fn(*cpu_args), rtol=1e-4, atol=1e-4)
+    return launched
+
+
+def test_elementwise_chain_is_one_kernel(counters):
+    assert _count(_chain, torch.randn(64, 33)) == 1
+
+
+def test_mul_sum_is_one_kernel(counters):
+    assert _count(lambda x, y: (x * y).sum(-1), torch.randn(48, 40), torch.randn(48, 40)) == 1
+
+
+def test_linear_relu_is_one_kernel(counters):
+    fn = lambda x, w, b: torch.relu(x @ w + b)
+    assert _count(fn, torch.randn(32, 24), torch.randn(24, 48), torch.randn(48)) == 1
+
+
+def test_softmax_at_most_three_kernels(counters):
+    assert _count(lambda x: torch.softmax(x, -1), torch.randn(16, 100)) <= 3
+
+
+def test_layer_norm_at_most_three_kernels(counters):
+    fn = lambda x, w, b: F.layer_norm(x, (64,), w, b)
+    assert _count(fn, torch.randn(16, 64), torch.randn(64), torch.randn(64)) <= 3
+    assert _count(lambda x: F.layer_norm(x, (64,)), torch.randn(16, 64)) <= 3
+
+
+def test_second_run_hits_schedule_cache(counters):
+    import torch_zyx
+
+    fn = lambda x, y: (x * y + 1).relu().sum(0)
+    a, b = torch.randn(20, 30), torch.randn(20, 30)
+    first = fn(a.to("zyx"), b.to("zyx")).cpu()
+    before = torch_zyx.counters()
+    # New buffers with the same graph shape: the plan is reused, nothing is kernelized.
+    c, d = torch.randn(20, 30), torch.randn(20, 30)
+    second = fn(c.to("zyx"), d.to("zyx")).cpu()
+    after = torch_zyx.counters()
+    assert after["kernelizer_runs"] == before["kernelizer_runs"]
+    assert after["schedule_cache_hits"] == before["schedule_cache_hits"] + 1
+    assert after["kernels_compiled"] == before["kernels_compiled"]
+    torch.testing.assert_close(first, fn(a, b))
+    torch.testing.assert_close(second, fn(c, d))
