@@ -13,10 +13,11 @@ import hashlib
 import logging
 import time
 
-from .counters import bump
 from .codegen import llvm as llvm_renderer
+from .codegen import opencl as opencl_renderer
 from .codegen.lower import lower
 from .config import CONFIG, DEBUG_DEVICES, DEBUG_LAUNCHES, DEBUG_PERF, DEBUG_SCHEDULE, DEBUG_SOURCE
+from .counters import bump
 from .lazy import graph as g
 from .lazy.graph import Node
 from .lazy.kernelize import GraphSignature, Schedule, kernelize
@@ -25,7 +26,7 @@ from .memory.events import EventTable
 
 log = logging.getLogger("torch_zyx")
 
-RENDERERS = {"llvm": llvm_renderer.render}
+RENDERERS = {"llvm": llvm_renderer.render, "opencl": opencl_renderer.render}
 
 
 class DeviceContext:
@@ -71,9 +72,14 @@ def devices() -> list[DeviceContext]:
     if not _devices:
         from .runtime.cpu import CPUDevice  # the runtime is the last stage: loaded on first use
 
+        # Devices are numbered in the configured backend order (ZYX_BACKENDS=opencl,cpu puts
+        # every OpenCL device before the CPU); a backend that finds nothing is skipped.
         for name in CONFIG.backends:
             if name == "cpu":
                 _devices.append(DeviceContext(len(_devices), CPUDevice()))
+            elif name == "opencl":
+                for runtime in _opencl_runtimes():
+                    _devices.append(DeviceContext(len(_devices), runtime))
             else:
                 log.warning("zyx: backend %r is not available in this build; skipped", name)
         if not _devices:
@@ -84,6 +90,18 @@ def devices() -> list[DeviceContext]:
     return _devices
 
 
+def _opencl_runtimes() -> list:
+    try:
+        from .runtime.opencl import opencl_devices
+    except ImportError as exc:
+        log.warning("zyx: backend 'opencl' skipped: pyopencl is not installed (%s); try `make ocl`", exc)
+        return []
+    runtimes, reason = opencl_devices()
+    if not runtimes:
+        log.warning("zyx: backend 'opencl' skipped: %s", reason)
+    return runtimes
+
+
 def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
     bump("kernelizer_runs")
     schedule = kernelize(roots, sig)
@@ -92,17 +110,18 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
         dtypes_ = []
         for kind, ref in kernel.slots:
             dtypes_.append(sig.buffers[ref].dtype if kind == "in" else schedule.temps[ref][0])
-        loop = lower(kernel, "zyx_kernel", dtypes_)
-        source = device.render(loop)
-        # The name comes from the source, so identical kernels of different graphs share one program.
-        loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
-        programs.append(device.program(loop.name, source.replace("@zyx_kernel(", f"@{loop.name}(")))
-        kernels_ir.append(loop)
         if CONFIG.debug & DEBUG_SCHEDULE:
             print(f"zyx schedule kernel {k_index}: shape {kernel.shape}, slots {kernel.slots}, "
                   f"stores {[s.target for s in kernel.stores]}")
             for store in kernel.stores:
                 print(f"    store t{store.target} view={store.view} <- {_ast_text(store.value)}")
+        loop = lower(kernel, "zyx_kernel", dtypes_)
+        source = device.render(loop)
+        # The name comes from the source, so identical kernels of different graphs share one program.
+        loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
+        # "zyx_kernel(" names the kernel in every renderer's output (LLVM "@zyx_kernel(", C "zyx_kernel(").
+        programs.append(device.program(loop.name, source.replace("zyx_kernel(", f"{loop.name}(")))
+        kernels_ir.append(loop)
     return Plan(schedule, programs, kernels_ir)
 
 
@@ -122,11 +141,13 @@ def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
     bump("realizations")
     g.PendingCounter.count = 0
     sig = GraphSignature(roots)
-    plan = _plans.get(sig.key)
+    # Plans hold compiled programs, so the same graph on another device is another plan.
+    plan_key = (device.index, sig.key)
+    plan = _plans.get(plan_key)
     if plan is None:
         bump("schedule_cache_misses")
         plan = _build_plan(device, roots, sig)
-        _plans[sig.key] = plan
+        _plans[plan_key] = plan
     else:
         bump("schedule_cache_hits")
     schedule = plan.schedule

@@ -121,6 +121,10 @@ class ZyxTensor(torch.Tensor):
         state = {k: v for k, v in self.__dict__.items() if k != "_storage"}
         return (_rebuild_zyx, (to_cpu(self), self.device.index or 0, self.requires_grad, state))
 
+    def tolist(self):
+        # torch refuses ``tolist`` on wrapper subclasses; the CPU copy has the same values.
+        return to_cpu(self).tolist()
+
     def __format__(self, format_spec: str) -> str:
         if self.dim() == 0:
             return self.item().__format__(format_spec)

@@ -1,0 +1,174 @@
+"""The zyx device as PyTorch users see it: moves, conversions, repr, torch.zyx, debug output, errors."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import assert_close
+
+import torch_zyx
+from torch_zyx.config import CONFIG
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_device_and_moves():
+    assert torch.device("zyx").type == "zyx"
+    x = torch.randn(5, 3)
+    for z in (x.to("zyx"), x.zyx(), x.to(torch.device("zyx"))):
+        assert z.device == torch.device("zyx", 0)
+        assert_close(z, x)
+    z = x.to("zyx")
+    assert z.cpu().device.type == "cpu" and z.to("cpu").device.type == "cpu"
+    torch.testing.assert_close(z.to("cpu"), x)
+    assert_close(z.to(torch.float64), x.to(torch.float64))
+    assert_close(z.to(torch.int32), x.to(torch.int32))
+
+
+def test_factory_and_scalars():
+    data = [[1.5, 2.0], [3.0, -4.25]]
+    z = torch.tensor(data, device="zyx")
+    assert z.device.type == "zyx"
+    assert z.tolist() == data
+    assert (z.sum() * 2).item() == pytest.approx(4.5)
+    assert torch.tensor([3, 4], device="zyx").tolist() == [3, 4]
+    array = (z + 1).cpu().numpy()
+    assert array.shape == (2, 2) and array[1, 1] == pytest.approx(-3.25)
+
+
+def test_model_to_zyx():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 6)
+    expected = model(x)
+    model.to("zyx")
+    assert all(p.device.type == "zyx" for p in model.parameters())
+    with torch.no_grad():
+        assert_close(model(x.to("zyx")), expected.detach(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cpu", [
+    torch.arange(12.0).reshape(3, 4) / 7,
+    torch.tensor([1, -2, 3]),
+    torch.tensor(2.5),
+    torch.ones(2, 3, dtype=torch.float64),
+    torch.tensor([True, False]),
+    torch.zeros(0, 3),
+    torch.randn(100, 100),
+])
+def test_repr_matches_cpu_with_device(cpu):
+    text = repr(cpu.to("zyx"))
+    expected = repr(cpu)
+    # PyTorch puts device=... before dtype=...; the rest of the text is CPU's.
+    assert "device='zyx:0'" in text
+    assert re.sub(r",\s*device='zyx:0'", "", text) == expected
+    assert str(cpu.to("zyx")) == text
+
+
+def test_repr_device_suffix_position():
+    assert repr(torch.tensor([1.0, 2.0]).to("zyx")) == "tensor([1., 2.], device='zyx:0')"
+
+
+def test_torch_zyx_module():
+    zyx = torch.zyx
+    assert zyx.is_available() and zyx.device_count() >= 1
+    torch.ones(1, device="zyx").cpu()
+    assert zyx.is_initialized()
+    assert zyx.current_device() == 0
+    zyx.set_device(0)
+    assert zyx.current_device() == 0
+    zyx.synchronize()
+    zyx.manual_seed(1234)
+    a = torch.rand(8, device="zyx").cpu()
+    zyx.manual_seed_all(1234)
+    b = torch.rand(8, device="zyx").cpu()
+    torch.testing.assert_close(a, b)
+    state = zyx.get_rng_state()
+    assert isinstance(state, torch.Tensor) and state.dtype == torch.uint8
+    c = torch.rand(8, device="zyx").cpu()
+    zyx.set_rng_state(state)
+    torch.testing.assert_close(torch.rand(8, device="zyx").cpu(), c)
+    before = zyx.memory_allocated()
+    big = torch.ones(1 << 16, device="zyx")
+    big.cpu()
+    assert zyx.memory_allocated() >= before + (1 << 18)
+    assert zyx.max_memory_allocated() >= zyx.memory_allocated()
+    del big
+    zyx.empty_cache()
+
+
+def test_counters_and_reset():
+    torch_zyx.reset_counters()
+    assert all(v == 0 for v in torch_zyx.counters().values())
+    (torch.randn(4, device="zyx") * 3).cpu()
+    c = torch_zyx.counters()
+    assert c["realizations"] >= 1 and c["kernels_launched"] >= 1
+    for name in ("kernels_compiled", "schedule_cache_hits", "schedule_cache_misses", "cpu_fallbacks",
+                 "bytes_allocated"):
+        assert name in c
+    torch_zyx.reset_counters()
+    assert torch_zyx.counters()["kernels_launched"] == 0
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, ZYX_DISK_CACHE="0", **env)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=full_env, capture_output=True,
+                          text=True, check=False, timeout=120)
+
+
+_DEBUG_SCRIPT = """
+import torch
+x = torch.ones(8, device='zyx')
+print((x * 2 + 1).relu().sum().item())
+try:
+    torch.sort(torch.randn(4, device='zyx'), dim=-1)
+except NotImplementedError as exc:
+    print('raised', exc)
+"""
+
+
+def test_debug_output_and_fallback_env():
+    # One subprocess (importing torch is slow): ZYX_DEBUG bits 4|16|32 and ZYX_CPU_FALLBACK=0.
+    result = _run(_DEBUG_SCRIPT, ZYX_DEBUG=str(4 | 16 | 32), ZYX_CPU_FALLBACK="0")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "zyx schedule kernel 0" in out and "store t" in out
+    assert "define void @k_" in out  # generated LLVM IR
+    assert "zyx launch k_" in out
+    assert out.index("zyx schedule kernel 0") < out.index("define void")
+    assert "24.0" in out
+    raised = [line for line in out.splitlines() if line.startswith("raised")]
+    assert raised and "aten.sort" in raised[0] and "float32" in raised[0]
+
+
+def test_compile_error_carries_source():
+    from torch_zyx.runtime.cpu import CompileError, CPUDevice
+
+    bad = "define void @broken(ptr %a) {\nentry:\n  %x = fadd float %undefined_value, 1.0\n  ret void\n}\n"
+    with pytest.raises(CompileError) as info:
+        CPUDevice().compile("broken", bad)
+    message = str(info.value)
+    assert "broken" in message and "%undefined_value" in message and info.value.source == bad
+
+
+def test_no_fallback_raises(monkeypatch):
+    monkeypatch.setattr(CONFIG, "cpu_fallback", False)
+    x = torch.randn(4, 4, device="zyx")
+    with pytest.raises(NotImplementedError, match=r"aten\.sort.*float32"):
+        torch.sort(x, dim=-1)
+
+
+def test_fallback_runs_on_cpu_and_counts(counters):
+    x = torch.randn(5, 5)
+    values, indices = torch.sort(x.to("zyx"), dim=-1)
+    expected = torch.sort(x, dim=-1)
+    assert_close(values, expected.values)
+    assert_close(indices, expected.indices)
+    assert counters()["cpu_fallbacks"] >= 1
+    det = torch.linalg.det(x.to("zyx"))
+    assert_close(det, torch.linalg.det(x), rtol=1e-4, atol=1e-4)
+
