@@ -1,0 +1,134 @@
+"""Memory: pool accounting, free-buffer cache reuse, events before reuse, empty_cache, disk kernel cache."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from torch_zyx.memory.events import Event, EventTable
+from torch_zyx.memory.host import HostPool
+from torch_zyx.realize import devices
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_buffer_returns_to_pool_when_last_tensor_dies():
+    zyx = torch.zyx
+    torch.zyx.synchronize()
+    base = zyx.memory_allocated()
+    x = torch.ones(1 << 16, device="zyx") * 3  # 256 KiB realized into a fresh buffer
+    x.cpu()
+    view = x[10:20]
+    assert zyx.memory_allocated() >= base + (1 << 18)
+    del x
+    # A view keeps the storage (and its buffer) alive.
+    assert zyx.memory_allocated() >= base + (1 << 18)
+    assert view.cpu().tolist() == [3.0] * 10
+    del view
+    assert zyx.memory_allocated() == base
+
+
+def test_free_cache_reuse_does_not_grow_reserved():
+    zyx = torch.zyx
+    n = 12345  # an unusual size, so the cache has no buffer of it yet
+    x = torch.full((n,), 2.0, device="zyx")
+    x.cpu()
+    reserved = zyx.memory_reserved()
+    del x
+    assert zyx.memory_reserved() == reserved  # freed into the cache, not released
+    y = torch.full((n,), 5.0, device="zyx")
+    assert y.cpu()[0].item() == 5.0
+    assert zyx.memory_reserved() == reserved  # the cached buffer was reused
+
+
+def test_empty_cache_trims_reserved():
+    zyx = torch.zyx
+    x = torch.full((54321,), 1.0, device="zyx")
+    x.cpu()
+    del x
+    before = zyx.memory_reserved()
+    zyx.empty_cache()
+    after = zyx.memory_reserved()
+    assert after <= before - 54321 * 4
+    assert after >= zyx.memory_allocated()
+
+
+def test_pool_waits_for_events_before_reuse():
+    pool = HostPool()
+    first, _ = pool.allocate(4096)
+    pending = Event()
+    pool.free(first, [pending])
+    assert pool.allocated == 0
+    # The work on ``first`` is not finished: it must not be handed out again.
+    second, _ = pool.allocate(4096)
+    assert second is not first
+    pool.free(second, [])
+    third, _ = pool.allocate(4096)
+    assert third is second
+    pending.set()
+    fourth, _ = pool.allocate(4096)
+    assert fourth is first  # reused once its event completed
+    pool.empty_cache()
+    assert pool.reserved == 8192  # third and fourth are still live
+
+
+def test_event_table_takes_events_touching_a_buffer():
+    table = EventTable()
+    e1, e2 = Event(), Event()
+    table.record([1, 2], e1)
+    table.record([3], e2)
+    assert table.take([2]) == [e1]
+    assert table.take([1]) == []  # taken events are consumed
+    e2.set()
+    assert table.take([3]) == []  # completed events need no wait
+    table.record([4], Event())
+    assert len(table.take_all()) == 1
+
+
+def test_launch_event_waited_before_buffer_reuse():
+    # Large enough to run asynchronously on the thread pool; the result buffer is freed and
+    # reallocated right away: the next kernel must see the finished values, never a race.
+    ctx = devices()[0]
+    for _ in range(5):
+        a = torch.arange(1 << 20, device="zyx", dtype=torch.float32)
+        b = (a * 2 + 1).sum()
+        del a
+        assert b.item() == float(sum(range(1 << 20)) * 2 + (1 << 20))
+    ctx.synchronize()
+
+
+_CACHE_SCRIPT = """
+import torch, torch_zyx
+x = torch.arange(777, dtype=torch.float32, device='zyx')
+print(((x * 0.25 + 7.5).sin() * x).sum().item())
+print('compiled', torch_zyx.counters()['kernels_compiled'])
+"""
+
+
+def _run(cache_dir: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ZYX_CACHE_DIR=str(cache_dir), ZYX_DISK_CACHE="1")
+    return subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], cwd=REPO, env=env, capture_output=True,
+                          text=True, check=False, timeout=120)
+
+
+def test_disk_kernel_cache_reused_by_second_process(tmp_path, monkeypatch):
+    from torch_zyx.config import CONFIG
+
+    # This process plays the first run: point the live device's object cache at tmp_path.
+    ctx = devices()[0]
+    monkeypatch.setattr(CONFIG, "disk_cache", True)
+    monkeypatch.setattr(ctx.runtime, "_cache_dir", tmp_path / "llvm")
+    monkeypatch.setattr(ctx, "programs", {})
+    monkeypatch.setattr("torch_zyx.realize._plans", {})
+    x = torch.arange(777, dtype=torch.float32, device="zyx")
+    ((x * 0.25 + 7.5).sin() * x).sum().item()  # the same graph as _CACHE_SCRIPT
+    objects = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "llvm").glob("*.o")}
+    assert objects, "no kernel object written to the disk cache"
+    result = _run(tmp_path)
+    assert result.returncode == 0, result.stderr
+    compiled = int(result.stdout.split("compiled")[1])
+    assert compiled >= 1  # programs are still built (loaded) in the new process...
+    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "llvm").glob("*.o")}
+    assert after == objects  # ...but from the cached objects: nothing new written
