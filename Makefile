@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp
 # Pinned on purpose: a loose `torch` requirement resolves to a multi-GB CUDA build.
 TORCH_VERSION := 2.13.0
 
-.PHONY: venv demo test test-ops bench lint ocl clean
+.PHONY: venv demo test test-ops opinfo-expected bench lint ocl clean
 
 venv: $(STAMP)
 
@@ -41,8 +41,19 @@ ocl: venv
 test: venv ocl
 	$(VPY) -m pytest -n auto -q tests
 
+# `make test` runs a deterministic ~1/12 slice of the OpInfo tests; this runs all of them and
+# prints the pass rates (tests/opinfo_report.py) from the recorded outcomes.
+OPINFO_RECORD := build/opinfo-record
 test-ops: venv
-	ZYX_OPINFO_FULL=1 $(VPY) -m pytest -n auto -q tests/test_opinfo.py
+	rm -rf $(OPINFO_RECORD)
+	-ZYX_OPINFO_FULL=1 ZYX_OPINFO_RECORD=$(OPINFO_RECORD) $(VPY) -m pytest -n auto -q tests/test_opinfo.py
+	$(VPY) tests/opinfo_report.py $(OPINFO_RECORD)
+
+# Regenerate tests/opinfo_expected_failures.json from a fresh full run.
+opinfo-expected: venv
+	rm -rf $(OPINFO_RECORD)
+	-ZYX_OPINFO_FULL=1 ZYX_OPINFO_RECORD=$(OPINFO_RECORD) $(VPY) -m pytest -n auto -q tests/test_opinfo.py
+	$(VPY) tests/opinfo_report.py $(OPINFO_RECORD) --write
 
 bench: venv
 	$(VPY) bench/bench.py
