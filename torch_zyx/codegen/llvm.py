@@ -166,6 +166,14 @@ class LLVMRenderer:
 
     def cast(self, value: str, src: DType, dst: DType) -> str:
         st, dt = self.rtype(src), self.rtype(dst)
+        if dst.name in ("float16", "bfloat16") and src.name != dst.name and src.kind != "b":
+            # Half types compute in float registers but must hold only representable values.
+            value = self.cast(value, src, dtypes.float32)
+            if dst.name == "float16":
+                half = self.emit(f"fptrunc float {value} to half")
+                return self.emit(f"fpext half {half} to float")
+            wide = self.emit(f"zext i16 {self.bf16_bits(value)} to i32", "i")
+            return self.emit(f"bitcast i32 {self.emit(f'shl i32 {wide}, 16', 'i')} to float")
         if st == dt:
             return value
         if dst.kind == "b":
@@ -299,9 +307,23 @@ class LLVMRenderer:
     def to_memory(self, value: str, dtype: DType) -> str:
         if dtype.kind == "b":
             return self.emit(f"zext i1 {value} to i8")
-        if dtype.name in ("float16", "bfloat16"):
-            return self.emit(f"fptrunc float {value} to {MEMORY_TYPE[dtype.name]}")
+        if dtype.name == "bfloat16":
+            return self.emit(f"bitcast i16 {self.bf16_bits(value)} to bfloat")
+        if dtype.name == "float16":
+            return self.emit(f"fptrunc float {value} to half")
         return value
+
+    def bf16_bits(self, value: str) -> str:
+        """float → bfloat16 bits, round to nearest even, NaN kept quiet. Written out because
+        LLVM lowers ``fptrunc float to bfloat`` to a libcall MCJIT cannot resolve (segfault)."""
+        bits = self.emit(f"bitcast float {value} to i32", "i")
+        high = self.emit(f"lshr i32 {bits}, 16", "i")
+        bias = self.emit(f"add i32 {self.emit(f'and i32 {high}, 1', 'i')}, 32767", "i")
+        rounded = self.emit(f"lshr i32 {self.emit(f'add i32 {bits}, {bias}', 'i')}, 16", "i")
+        quiet = self.emit(f"or i32 {high}, 64", "i")
+        nan = self.emit(f"fcmp uno float {value}, {value}")
+        chosen = self.emit(f"select i1 {nan}, i32 {quiet}, i32 {rounded}", "i")
+        return self.emit(f"trunc i32 {chosen} to i16", "i")
 
     def load(self, ins: Instr) -> str:
         buf, index = self.values[ins.srcs[0]], self.values[ins.srcs[1]]
