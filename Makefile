@@ -46,8 +46,8 @@ test: venv ocl
 OPINFO_RECORD := build/opinfo-record
 test-ops: venv
 	rm -rf $(OPINFO_RECORD)
-	-ZYX_OPINFO_FULL=1 ZYX_OPINFO_RECORD=$(OPINFO_RECORD) $(VPY) -m pytest -n auto -q tests/test_opinfo.py
-	$(VPY) tests/opinfo_report.py $(OPINFO_RECORD)
+	ZYX_OPINFO_FULL=1 ZYX_OPINFO_RECORD=$(OPINFO_RECORD) $(VPY) -m pytest -n auto -q tests/test_opinfo.py; \
+	  status=$$?; $(VPY) tests/opinfo_report.py $(OPINFO_RECORD); exit $$status
 
 # Regenerate tests/opinfo_expected_failures.json from a fresh full run.
 opinfo-expected: venv

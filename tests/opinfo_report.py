@@ -34,8 +34,10 @@ def load(record_dir: Path) -> dict[str, tuple[str, str]]:
 
 
 def group_key(reason: str) -> str:
-    # Shapes, sizes and indices differ per sample; masking them groups failures by cause.
-    return re.sub(r"\d+", "N", reason)[:120]
+    # Shapes, sizes, indices and dtypes differ per sample; masking them groups failures by cause.
+    reason = re.sub(r"\(dtypes [^)]*\)", "(dtypes ...)", reason)
+    reason = re.sub(r"torch\.\w+\d+", "<dtype>", reason)
+    return re.sub(r"(?<![A-Za-z_])\d+", "N", reason)[:110]
 
 
 def rate(results, names) -> str:
@@ -64,6 +66,13 @@ def main() -> None:
     print(f"\ntop failure groups ({sum(groups.values())} failures):")
     for key, count in groups.most_common(args.top):
         print(f"  {count:5d}  {key}")
+
+    kinds = collections.Counter(r.split(":", 1)[0] for o, r in results.values() if o == "fail")
+    print("by exception type: " + ", ".join(f"{k} {v}" for k, v in kinds.most_common()))
+    crashes = collections.Counter(n.rsplit("_", 1)[-1] for n, (o, r) in results.items()
+                                  if o == "fail" and r.startswith("Crash:"))
+    if crashes:
+        print("crashes by dtype (last id part): " + ", ".join(f"{k} {v}" for k, v in crashes.most_common()))
 
     expected = json.loads(EXPECTED_FILE.read_text()) if EXPECTED_FILE.exists() else {}
     stale = sorted(n for n in expected if results.get(n, ("",))[0] == "pass")
