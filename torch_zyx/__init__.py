@@ -7,6 +7,16 @@ Flow: dispatch → lazy graph → kernelizer → loop IR → renderer → device
 
 from __future__ import annotations
 
+
+def _autoload() -> None:
+    """Entry point for PyTorch's device-extension autoload (``import torch`` loads zyx)."""
+    # Defined before ``import torch``: when torch_zyx is imported first (``python -m
+    # torch_zyx.demo``), torch's autoload finds this half-imported module; registration then
+    # happens at the end of this file instead.
+    if "_register" in globals():
+        _register()
+
+
 import torch
 
 from .counters import counters, reset_counters
@@ -52,11 +62,6 @@ def synchronize() -> None:
     from .device_module import synchronize as sync
 
     sync()
-
-
-def _autoload() -> None:
-    """Entry point for PyTorch's device-extension autoload (``import torch`` loads zyx)."""
-    _register()
 
 
 _register()

@@ -1,0 +1,119 @@
+"""Benchmarks: zyx against CPU torch eager, side by side, with the ratio to each target.
+
+Run ``python bench/bench.py`` (``make bench``); ``--markdown`` prints the table for README.md.
+Every case is warmed up first (kernels compiled and cached, schedule cached), then timed as
+the median of several runs; the sync point is ``.cpu()`` of the result for zyx (what a user
+waits on), and the eager result itself for CPU torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import torch_zyx
+
+
+def chain(x):
+    # Ten elementwise ops.
+    return (((x * 2 + 1).relu() * x - 3) * 0.5 + x).sigmoid() * x + 1
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_case(name, fn, cpu_args, repeats, warmup=3):
+    zyx_args = [a.to("zyx") for a in cpu_args]
+    torch.zyx.synchronize()
+    for _ in range(warmup):
+        fn(*zyx_args).cpu()
+        fn(*cpu_args)
+    # Check the result once, so a fast wrong answer never shows up as a win.
+    torch.testing.assert_close(fn(*zyx_args).cpu(), fn(*cpu_args), rtol=1e-3, atol=1e-3)
+    t_zyx = _median_time(lambda: fn(*zyx_args).cpu(), repeats)
+    t_cpu = _median_time(lambda: fn(*cpu_args), repeats)
+    return name, t_zyx, t_cpu
+
+
+def bench_recording(n_ops: int = 2000) -> float:
+    """Microseconds per lazily recorded op: many ops recorded, nothing realized until the end."""
+    from torch_zyx.config import CONFIG
+
+    x = torch.randn(64, device="zyx")
+    torch.zyx.synchronize()
+    old = CONFIG.max_pending
+    CONFIG.max_pending = 10 ** 9  # do not let the pending-graph trigger realize mid-way
+    try:
+        best = float("inf")
+        for _ in range(3):
+            y = x
+            start = time.perf_counter()
+            for i in range(n_ops):
+                y = y * 1.0001 if i % 2 else y + 0.5
+            elapsed = time.perf_counter() - start
+            best = min(best, elapsed)
+            del y
+            torch.zyx.synchronize()
+    finally:
+        CONFIG.max_pending = old
+    return best / n_ops * 1e6
+
+
+# (name, fn, args, target: minimum speedup of zyx over CPU torch)
+def cases():
+    big = torch.randn(4 * 1024 * 1024)
+    rows = torch.randn(1024, 4096)
+    w, b = torch.randn(4096), torch.randn(4096)
+    a, m = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    return [
+        ("elementwise chain 10 ops, 4M f32", chain, [big], 1.5),
+        ("softmax 1024x4096", lambda x: torch.softmax(x, -1), [rows], 1.0),
+        ("layer_norm 1024x4096", lambda x, w, b: F.layer_norm(x, (4096,), w, b), [rows, w, b], 1.0),
+        ("matmul 1024x1024", lambda x, y: x @ y, [a, m], 0.3),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    results = []
+    for name, fn, cpu_args, target in cases():
+        row = bench_case(name, fn, cpu_args, args.repeats)
+        results.append((*row, target))
+    record_us = bench_recording()
+    header = ("case", "zyx ms", "torch ms", "speedup", "target", "ok")
+    lines = []
+    for name, t_zyx, t_cpu, target in results:
+        speedup = t_cpu / t_zyx
+        lines.append((name, f"{t_zyx * 1e3:.2f}", f"{t_cpu * 1e3:.2f}", f"{speedup:.2f}x", f">= {target}x",
+                      "yes" if speedup >= target else "NO"))
+    lines.append(("recording cost per lazy op", f"{record_us:.1f} us", "-", "-", "<= 30 us",
+                  "yes" if record_us <= 30 else "NO"))
+    threads = f"zyx threads={torch_zyx.config.CONFIG.threads}, torch threads={torch.get_num_threads()}"
+    if args.markdown:
+        print(f"| {' | '.join(header)} |")
+        print(f"|{'|'.join('---' for _ in header)}|")
+        for line in lines:
+            print(f"| {' | '.join(line)} |")
+        print(f"\n{threads}; median of {args.repeats} runs after warm-up.")
+    else:
+        widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
+        for line in [header, *lines]:
+            print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)))
+        print(threads)
+
+
+if __name__ == "__main__":
+    main()
