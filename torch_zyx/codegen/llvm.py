@@ -336,7 +336,10 @@ class LLVMRenderer:
         value = self.emit(f"load {mt}, ptr {ptr}")
         if dtype.kind == "b":
             value = self.emit(f"icmp ne i8 {value}, 0")
-        elif dtype.name in ("float16", "bfloat16"):
+        elif dtype.name == "bfloat16":  # the upper half of a float: shift instead of a libcall
+            wide = self.emit(f"zext i16 {self.emit(f'bitcast bfloat {value} to i16', 'i')} to i32", "i")
+            value = self.emit(f"bitcast i32 {self.emit(f'shl i32 {wide}, 16', 'i')} to float")
+        elif dtype.name == "float16":
             value = self.emit(f"fpext {mt} {value} to float")
         if valid is not None:
             zero = literal(0, dtype) if dtype.kind != "f" else float_literal(0.0, dtypes.float32)
