@@ -65,6 +65,8 @@ class Plan:
 
 
 _devices: list[DeviceContext] = []
+# (device, slot dtypes, stores' ASTs) → (loop IR, program): lowering is the costly part of a miss.
+_lowered: dict[tuple, tuple] = {}
 _plans: dict[tuple, Plan] = {}
 
 
@@ -115,13 +117,21 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
                   f"stores {[s.target for s in kernel.stores]}")
             for store in kernel.stores:
                 print(f"    store t{store.target} view={store.view} <- {_ast_text(store.value)}")
-        loop = lower(kernel, "zyx_kernel", dtypes_)
-        source = device.render(loop)
-        # The name comes from the source, so identical kernels of different graphs share one program.
-        loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
-        # "zyx_kernel(" names the kernel in every renderer's output (LLVM "@zyx_kernel(", C "zyx_kernel(").
-        programs.append(device.program(loop.name, source.replace("zyx_kernel(", f"{loop.name}(")))
-        kernels_ir.append(loop)
+        # Nodes are hash-consed, so the same kernel in another graph (the next training step
+        # in one realization, or a new graph shape) has the very same AST objects: lower once.
+        lower_key = (device.index, tuple(dtypes_), len(kernel.slots), tuple(
+            (kernel.slots.index(("tmp", st.target)), st.value, st.view) for st in kernel.stores))
+        cached = _lowered.get(lower_key)
+        if cached is None:
+            loop = lower(kernel, "zyx_kernel", dtypes_)
+            source = device.render(loop)
+            # The name comes from the source, so identical kernels of different graphs share one program.
+            loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
+            # "zyx_kernel(" names the kernel in every renderer's output (LLVM "@zyx_kernel(", C "zyx_kernel(").
+            cached = _lowered[lower_key] = (loop, device.program(loop.name, source.replace(
+                "zyx_kernel(", f"{loop.name}(")))
+        programs.append(cached[1])
+        kernels_ir.append(cached[0])
     return Plan(schedule, programs, kernels_ir)
 
 
