@@ -47,10 +47,24 @@ def device_of(*args):
     return None
 
 
+_promotion_cache: dict[tuple, tuple[torch.dtype, torch.dtype]] = {}
+
+
+def _promotion_key(a) -> tuple:
+    # What PyTorch's promotion looks at: a tensor's dtype and whether it is 0-d; a scalar's type.
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.dim() == 0)
+    return (type(a),)
+
+
 def result_dtype(*args, kind=PROMOTE_DEFAULT) -> tuple[torch.dtype, torch.dtype]:
-    """(computation dtype, result dtype) by PyTorch's promotion rules."""
+    """(computation dtype, result dtype) by PyTorch's promotion rules (memoized: recording is hot)."""
     operands = [a for a in args if a is not None]
-    return elementwise_dtypes(*operands, type_promotion_kind=kind)
+    key = (kind, torch.get_default_dtype()) + tuple(_promotion_key(a) for a in operands)
+    cached = _promotion_cache.get(key)
+    if cached is None:
+        cached = _promotion_cache[key] = elementwise_dtypes(*operands, type_promotion_kind=kind)
+    return cached
 
 
 def operand(x, dtype: torch.dtype) -> Node:
@@ -64,8 +78,29 @@ def operand(x, dtype: torch.dtype) -> Node:
     return g.const(x, zdtype(dtype))
 
 
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy-style broadcast of ``shapes`` with PyTorch's error for mismatches."""
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for shape in shapes:
+        offset = ndim - len(shape)
+        for i, size in enumerate(shape):
+            current = out[offset + i]
+            if size != current and size != 1:
+                if current != 1:
+                    raise RuntimeError(f"The size of tensor a ({current}) must match the size of tensor b ({size}) "
+                                       f"at non-singleton dimension {offset + i}")
+                out[offset + i] = size
+            elif size == 0:
+                out[offset + i] = 0
+    return tuple(out)
+
+
 def broadcast(*nodes: Node) -> list[Node]:
-    shape = tuple(torch.broadcast_shapes(*(n.shape for n in nodes)))
+    first = nodes[0].shape
+    if all(n.shape == first for n in nodes):
+        return list(nodes)
+    shape = broadcast_shape(*(n.shape for n in nodes))
     out = []
     for n in nodes:
         if n.shape != shape:
