@@ -7,7 +7,8 @@ Each ``Instr`` is one value (SSA) or effect. Index arithmetic stays symbolic (``
   PARAM    arg=i                          64-bit kernel parameter i
   CONST    arg=value                      constant of ``dtype``
   INDEX    arg=Expr (integer or 0/1 bool) symbolic index, variables are RANGE instrs
-  RANGE    arg=(var, start, end) srcs=()  loop ``var`` from start to end (ints or 'start'/'end')
+  RANGE    arg=(var, start, end, vectorize)  loop ``var`` from start to end (ints or 'start'/'end');
+                                         ``vectorize`` False asks the compiler not to vectorize it
   ENDRANGE srcs=(range,)
   LOAD     srcs=(buf, index[, valid])     element load; masked loads give 0 when not valid
   STORE    srcs=(buf, index, value)

@@ -30,7 +30,7 @@ FLOAT_SUFFIX = {"float": "f32", "double": "f64"}
 BINARY_FORMAT = {
     "add": {"f": "fadd nsz {t} {a}, {b}", "i": "add {t} {a}, {b}", "u": "add {t} {a}, {b}"},
     "sub": {"f": "fsub nsz {t} {a}, {b}", "i": "sub {t} {a}, {b}", "u": "sub {t} {a}, {b}"},
-    "mul": {"f": "fmul nsz {t} {a}, {b}", "i": "mul {t} {a}, {b}", "u": "mul {t} {a}, {b}"},
+    "mul": {"f": "fmul nsz contract {t} {a}, {b}", "i": "mul {t} {a}, {b}", "u": "mul {t} {a}, {b}"},
     "div": {"f": "fdiv {t} {a}, {b}", "i": "sdiv {t} {a}, {b}", "u": "udiv {t} {a}, {b}"},
     "idiv": {"i": "sdiv {t} {a}, {b}", "u": "udiv {t} {a}, {b}"},
     "mod": {"f": "frem {t} {a}, {b}", "i": "srem {t} {a}, {b}", "u": "urem {t} {a}, {b}"},
@@ -70,6 +70,50 @@ DEFINES = """declare float @llvm.{name}.f32(float)
 declare double @llvm.{name}.f64(double)"""
 
 
+# Cephes-style single precision exp (about 1 ulp): plain arithmetic, so loops that use it
+# vectorize (a libm call per element does not).
+EXP_LIMITS = (-104.0, 89.0)
+EXP_SPLIT = (0.693359375, -2.12194440e-4)  # ln 2 split in two for an exact range reduction
+EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+            5.0000001201e-1)
+
+
+def _inline_exp(r: LLVMRenderer, x: str) -> str:
+    f = dtypes.float32
+
+    def lit(v: float) -> str:
+        return float_literal(v, f)
+
+    for name in ("maxnum", "minnum", "floor"):
+        args = "float, float" if name != "floor" else "float"
+        r.declares.add(f"declare float @llvm.{name}.f32({args})")
+    lo = r.emit(f"call float @llvm.maxnum.f32(float {x}, float {lit(EXP_LIMITS[0])})")
+    xc = r.emit(f"call float @llvm.minnum.f32(float {lo}, float {lit(EXP_LIMITS[1])})")
+    scaled = r.emit(f"fmul float {xc}, {lit(1.4426950408889634)}")
+    n = r.emit(f"call float @llvm.floor.f32(float {r.emit(f'fadd float {scaled}, {lit(0.5)}')})")
+    rem = r.emit(f"fsub float {xc}, {r.emit(f'fmul float {n}, {lit(EXP_SPLIT[0])}')}")
+    rem = r.emit(f"fsub float {rem}, {r.emit(f'fmul float {n}, {lit(EXP_SPLIT[1])}')}")
+    poly = lit(EXP_POLY[0])
+    for coef in EXP_POLY[1:]:
+        poly = r.emit(f"fadd float {r.emit(f'fmul float {poly}, {rem}')}, {lit(coef)}")
+    square = r.emit(f"fmul float {rem}, {rem}")
+    y = r.emit(f"fadd float {r.emit(f'fmul float {poly}, {square}')}, {rem}")
+    y = r.emit(f"fadd float {y}, {lit(1.0)}")
+    # y * 2^n as two scalings by 2^(n/2): each stays a normal float, and the product over- or
+    # underflows to inf / 0 / denormals exactly where exp does.
+    ni = r.emit(f"fptosi float {n} to i32")
+    half = r.emit(f"ashr i32 {ni}, 1")
+    rest = r.emit(f"sub i32 {ni}, {half}")
+    for part in (half, rest):
+        bits = r.emit(f"shl i32 {r.emit(f'add i32 {part}, 127')}, 23")
+        y = r.emit(f"fmul float {y}, {r.emit(f'bitcast i32 {bits} to float')}")
+    is_nan = r.emit(f"fcmp uno float {x}, {x}")
+    return r.emit(f"select i1 {is_nan}, float {x}, float {y}")
+
+
+INLINE_FLOAT_MATH = {"exp": _inline_exp}
+
+
 def _kind(dtype: DType) -> str:
     if dtype.kind == "f":
         return "f"
@@ -79,7 +123,7 @@ def _kind(dtype: DType) -> str:
 def float_literal(value: float, dtype: DType) -> str:
     if dtype.name in ("float32", "float16", "bfloat16"):
         value = struct.unpack("f", struct.pack("f", value))[0] if math.isfinite(value) else value
-    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
+    return "0x{:016X}".format(struct.unpack("<Q", struct.pack("<d", value))[0])
 
 
 def literal(value, dtype: DType) -> str:
@@ -219,6 +263,8 @@ class LLVMRenderer:
 
     def unary(self, op: str, dtype: DType, x: str) -> str:
         t = self.rtype(dtype)
+        if t == "float" and op in INLINE_FLOAT_MATH:
+            return INLINE_FLOAT_MATH[op](self, x)
         if op == "neg":
             return self.emit(f"fneg {t} {x}" if dtype.kind == "f" else f"sub {t} 0, {x}")
         if op == "not":
@@ -347,7 +393,7 @@ class LLVMRenderer:
         return value
 
     def open_loop(self, i: int, ins: Instr) -> None:
-        name, start, end = ins.arg
+        name, start, end, vectorize = ins.arg
         start = "%start" if start == "start" else str(start)
         end = "%end" if end == "end" else str(end)
         head, body, latch, exit_ = (f"L{i}_{part}" for part in ("head", "body", "latch", "exit"))
@@ -362,20 +408,29 @@ class LLVMRenderer:
         self.lines.append(f"{body}:")
         self.vars[name] = var
         self.values[i] = var
-        self.loops[i] = (head, latch, exit_, counter)
+        self.loops[i] = (head, latch, exit_, counter, vectorize)
         self.expr_scopes.append({})
 
     def close_loop(self, rng: int) -> None:
-        head, latch, exit_, counter = self.loops[rng]
+        head, latch, exit_, counter, vectorize = self.loops[rng]
         self.expr_scopes.pop()
         self.lines.append(f"  br label %{latch}")
         self.lines.append(f"{latch}:")
         nxt = self.emit(f"add nsw i64 {self.values[rng]}, 1", "r")
         self.lines.append(f"  store i64 {nxt}, ptr {counter}")
-        self.lines.append(f"  br label %{head}, !llvm.loop !1")
+        self.lines.append(f"  br label %{head}, !llvm.loop {LOOP_METADATA[vectorize]}")
         self.lines.append(f"{exit_}:")
 
 
+# Loop metadata by "may vectorize": !0 marks invariant loads, !2/!4 are loop properties.
+LOOP_METADATA = {True: "!1", False: "!3"}
+METADATA = '''!0 = !{}
+!1 = distinct !{!1, !2}
+!2 = !{!"llvm.loop.mustprogress"}
+!3 = distinct !{!3, !2, !4}
+!4 = !{!"llvm.loop.vectorize.enable", i1 false}
+'''
+
+
 def render(kernel: LoopKernel) -> str:
-    source = LLVMRenderer(kernel).render()
-    return source + '!0 = !{}\n!1 = distinct !{!1, !2}\n!2 = !{!"llvm.loop.mustprogress"}\n'
+    return LLVMRenderer(kernel).render() + METADATA

@@ -24,12 +24,14 @@ from .symbolic import Expr
 _REDUCE_INIT = {"sum": 0, "prod": 1}
 _UPCAST_INNER = 16
 _UPCAST_OUTER = 4
+# Elementwise kernels whose last axis is at least this long loop over rows, then columns.
+_ROW_LOOP_MIN = 64
 
 
 class Index:
     """Where one lane of a node is read: per-axis index expressions and/or the flat index."""
 
-    __slots__ = ("shape", "_dims", "_linear", "valid")
+    __slots__ = ("_dims", "_linear", "shape", "valid")
 
     def __init__(self, shape, dims=None, linear=None, valid: Expr = sym.TRUE):
         self.shape, self._dims, self._linear, self.valid = tuple(shape), dims, linear, valid
@@ -121,8 +123,8 @@ class Lowerer:
         self.var_count += 1
         return sym.Var(f"r{self.var_count}", 0, size - 1)
 
-    def open_range(self, var: sym.Var, start, end) -> int:
-        rng = self.add("RANGE", dtypes.int64, (), (var.name, start, end), pure=False)
+    def open_range(self, var: sym.Var, start, end, vectorize: bool = True) -> int:
+        rng = self.add("RANGE", dtypes.int64, (), (var.name, start, end, vectorize), pure=False)
         self.scopes.append({})
         return rng
 
@@ -239,7 +241,9 @@ class Lowerer:
         for axis in axes:
             var = self.new_var(src.shape[axis])
             vars_.append(var)
-            ranges.append(self.open_range(var, 0, src.shape[axis]))
+            # With several lanes the lanes are the vector (SLP); vectorizing the reduce loop
+            # itself would gather strided operands instead.
+            ranges.append(self.open_range(var, 0, src.shape[axis], vectorize=len(lanes) == 1))
         src_lanes = []
         for lane in lanes:
             dims = list(lane.dims)
@@ -277,13 +281,15 @@ class Lowerer:
 
     def lower(self) -> LoopKernel:
         kernel = self.kernel
-        shape = kernel.stores[0].value.shape if kernel.stores[0].view is None else kernel.stores[0].value.shape
+        shape = kernel.stores[0].value.shape
         values = [s.value for s in kernel.stores]
         seen: set = set()
         reduces = any(_has_reduce(v, seen) for v in values)
         numel = math.prod(shape)
         inner_work = max(_reduce_size(v, set()) for v in values)
-        if not reduces:
+        if not reduces and len(shape) >= 2 and shape[-1] >= _ROW_LOOP_MIN and numel > shape[-1]:
+            global_size = self.lower_rows(shape)
+        elif not reduces:
             var = sym.Var("gidx", 0, max(numel - 1, 0))
             rng = self.open_range(var, "start", "end")
             lanes = [Index(shape, linear=var)]
@@ -296,6 +302,22 @@ class Lowerer:
         return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
                           work=numel * inner_work, flops=self.flops * numel // max(1, 1), bytes=nbytes)
 
+    def lower_rows(self, shape: tuple[int, ...]) -> int:
+        """Elementwise kernel as rows × columns: values broadcast along a row (softmax's max,
+        a bias) are loop-invariant in the inner loop instead of a division per element."""
+        width = shape[-1]
+        rows = math.prod(shape[:-1])
+        row = sym.Var("grow", 0, rows - 1)
+        outer = self.open_range(row, "start", "end")
+        col = self.new_var(width)
+        inner = self.open_range(col, 0, width)
+        row_index = Index(shape[:-1], linear=row)
+        dims = row_index.dims + (col,)
+        self.emit_stores([Index(shape, dims, linear=sym.add(sym.mul(row, width), col))])
+        self.close_range(inner)
+        self.close_range(outer)
+        return rows
+
     def lower_reduce_kernel(self, shape: tuple[int, ...]) -> int:
         axes = [i for i, s in enumerate(shape) if s > 1]
         factors = {a: 1 for a in axes}
@@ -306,7 +328,12 @@ class Lowerer:
         dims_base: dict[int, Expr] = {}
         ranges = []
         global_size = 1
-        for n, axis in enumerate(axes):
+        loop_order = list(axes)
+        if len(axes) >= 2 and factors[axes[-1]] > 1:
+            # Matmul-shaped: walk column blocks outermost so one block of the right operand
+            # (K x 16) stays in cache while every row block streams past it.
+            loop_order = [axes[-1]] + axes[:-1]
+        for n, axis in enumerate(loop_order):
             steps = shape[axis] // factors[axis]
             var = self.new_var(steps)
             if n == 0:

@@ -13,7 +13,7 @@ from functools import cached_property
 
 
 class Expr:
-    __slots__ = ("vmin", "vmax", "__dict__")
+    __slots__ = ("__dict__", "vmax", "vmin")
     vmin: int
     vmax: int
 
@@ -280,7 +280,7 @@ def div(x: Expr, divisor: int) -> Expr:
         whole: list[Expr] = []
         rest: list[Expr] = []
         for term in x.terms:
-            base, factor = _split_term(term) if not isinstance(term, Num) else (Num(1), term.value)
+            factor = term.value if isinstance(term, Num) else _split_term(term)[1]
             (whole if factor % divisor == 0 else rest).append(term)
         if whole:
             quotient = Num(0)
