@@ -8,8 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DType:
+    """One dtype; the module constants below are the only instances, so identity is equality
+    (and hashing stays in C: dtypes are part of every graph node's key)."""
+
     name: str
     itemsize: int
     kind: str  # "f" float, "i" signed int, "u" unsigned int, "b" bool

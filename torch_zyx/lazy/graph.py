@@ -41,7 +41,14 @@ BINARY_OPS = frozenset({
 }) | COMPARE_OPS
 REDUCE_OPS = frozenset({"sum", "max", "min", "prod"})
 
-_interned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# key → weak reference to the node: a plain dict (lookups are the hot path of recording); the
+# reference's callback removes the entry when the node dies.
+_interned: dict[tuple, weakref.KeyedRef] = {}
+
+
+def _forget(ref: weakref.KeyedRef) -> None:
+    if _interned.get(ref.key) is ref:
+        del _interned[ref.key]
 
 
 class PendingCounter:
@@ -53,7 +60,7 @@ class PendingCounter:
 class Node:
     """One immutable graph node. Build through the module functions, never directly."""
 
-    __slots__ = ("op", "arg", "srcs", "dtype", "shape", "__weakref__", "_key")
+    __slots__ = ("__weakref__", "_key", "arg", "dtype", "op", "shape", "srcs")
 
     op: str
     arg: Any
@@ -62,14 +69,17 @@ class Node:
     shape: tuple[int, ...]
 
     def __new__(cls, op: str, arg: Any, srcs: tuple[Node, ...], dtype: DType, shape: tuple[int, ...]):
-        key = (op, _hashable(arg), tuple(id(s) for s in srcs), dtype, shape)
-        existing = _interned.get(key)
-        if existing is not None:
-            return existing
+        key = (op, _hashable(arg) if arg.__class__ in _UNHASHABLE_AS_IS else arg, tuple(map(id, srcs)), dtype,
+               shape)
+        ref = _interned.get(key)
+        if ref is not None:
+            existing = ref()
+            if existing is not None:
+                return existing
         node = object.__new__(cls)
         node.op, node.arg, node.srcs, node.dtype, node.shape = op, arg, srcs, dtype, shape
         node._key = key
-        _interned[key] = node
+        _interned[key] = weakref.KeyedRef(node, _forget, key)
         PendingCounter.count += 1
         return node
 
@@ -80,6 +90,9 @@ class Node:
     def __repr__(self) -> str:
         arg = "" if self.arg is None else f" {self.arg!r}"
         return f"<{self.op}{arg} {self.dtype} {self.shape}>"
+
+
+_UNHASHABLE_AS_IS = (float, tuple)
 
 
 def _hashable(arg: Any) -> Any:
@@ -142,7 +155,7 @@ def cast(x: Node, dtype: DType) -> Node:
 
 def reduce(op: str, x: Node, axes: tuple[int, ...]) -> Node:
     assert op in REDUCE_OPS, op
-    axes = tuple(sorted(set(a % len(x.shape) for a in axes))) if x.shape else ()
+    axes = tuple(sorted({a % len(x.shape) for a in axes})) if x.shape else ()
     if not axes:
         return x
     shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))

@@ -14,8 +14,8 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from .registry import (PROMOTE_BOOL, PROMOTE_DEFAULT, PROMOTE_INT_TO_FLOAT, aten, broadcast, cast, new,
-                       operand, register, result_dtype)
+from .registry import (PROMOTE_BOOL, PROMOTE_DEFAULT, PROMOTE_INT_TO_FLOAT, aten, broadcast, cast, device_of,
+                       new, operand, register, result_dtype)
 
 
 def c(value, like: Node) -> Node:
@@ -225,8 +225,6 @@ def _compute(fn, kind, args, bool_result=False):
 
 
 def _device(args):
-    from .registry import device_of
-
     return device_of(*args)
 
 
