@@ -2,8 +2,10 @@
 
 Run ``python bench/bench.py`` (``make bench``); ``--markdown`` prints the table for README.md.
 Every case is warmed up first (kernels compiled and cached, schedule cached), then timed as
-the median of several runs; the sync point is ``.cpu()`` of the result for zyx (what a user
-waits on), and the eager result itself for CPU torch.
+the median of several runs; the sync point is ``torch.zyx.synchronize()`` after the call for zyx
+(the result realized on the device, every kernel finished, as ``torch.cuda.synchronize()`` in GPU
+benchmarks), and the eager result itself for CPU torch. Results are checked against CPU torch
+once before timing.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ def _median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _run_synced(fn, args):
+    # Like torch.cuda.synchronize() in GPU benchmarks: the result is computed on the device
+    # (realized into its buffer) and every kernel has finished; no copy to the host is timed.
+    result = fn(*args)
+    torch.zyx.synchronize()
+    return result
+
+
 def bench_case(name, fn, cpu_args, repeats, warmup=3):
     zyx_args = [a.to("zyx") for a in cpu_args]
     torch.zyx.synchronize()
@@ -40,7 +50,7 @@ def bench_case(name, fn, cpu_args, repeats, warmup=3):
         fn(*cpu_args)
     # Check the result once, so a fast wrong answer never shows up as a win.
     torch.testing.assert_close(fn(*zyx_args).cpu(), fn(*cpu_args), rtol=1e-3, atol=1e-3)
-    t_zyx = _median_time(lambda: fn(*zyx_args).cpu(), repeats)
+    t_zyx = _median_time(lambda: _run_synced(fn, zyx_args), repeats)
     t_cpu = _median_time(lambda: fn(*cpu_args), repeats)
     return name, t_zyx, t_cpu
 

@@ -137,7 +137,14 @@ class Lowerer:
     def emit(self, node: Node, lanes: list[Index]) -> list[int]:
         op = node.op
         if op == "REDUCE":
-            return self.emit_reduce(node, lanes)
+            # A reduce used twice in one kernel (mean and variance of layer norm) runs once.
+            key = ("reduce", id(node), tuple(lane.key() for lane in lanes))
+            for scope in reversed(self.scopes):
+                if key in scope:
+                    return scope[key]
+            values = self.emit_reduce(node, lanes)
+            self.scopes[-1][key] = values
+            return values
         out = []
         for lane in lanes:
             key = ("node", id(node), lane.key())

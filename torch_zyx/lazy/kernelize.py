@@ -102,6 +102,11 @@ class Kernelizer:
                 self.rc[id(src)] = self.rc.get(id(src), 0) + 1
         for root in roots:
             self.rc[id(root)] = self.rc.get(id(root), 0) + 1
+        # Values read by something other than elementwise ops (movement, reduce, a store).
+        self.read_by_non_elementwise: set[int] = {id(r) for r in roots}
+        for node in self.order:
+            if node.op not in g.ELEMENTWISE:
+                self.read_by_non_elementwise.update(id(s) for s in node.srcs)
         self.stored: set[int] = set()
         self.has_reduce: dict[int, bool] = {}
         self.alu_ops: dict[int, int] = {}
@@ -130,7 +135,11 @@ class Kernelizer:
                 if grows and self.alu_ops[id(src)] > _EXPAND_RECOMPUTE_OPS:
                     self._mark_store(src)
             for src in srcs:
-                if self.rc[id(src)] > 1 and self.has_reduce.get(id(src)):
+                # A reduce result used several times is stored, unless every user is
+                # elementwise: then all uses read it at the same index, in kernels of the same
+                # shape that merge, where lowering computes the reduce once.
+                if (self.rc[id(src)] > 1 and self.has_reduce.get(id(src))
+                        and id(src) in self.read_by_non_elementwise):
                     self._mark_store(src)
             if node.op == "SETVIEW":
                 self._mark_store(node)

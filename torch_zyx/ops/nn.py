@@ -91,10 +91,18 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
         nan = g.const(float("nan"), node.dtype, stat_shape)
         return (wrap(g.cast(node, dtype), x._storage.device), wrap(nan, x._storage.device),
                 wrap(nan, x._storage.device))
-    mean = g.binary("div", g.reduce("sum", node, dims), g.const(float(count), node.dtype, stat_shape))
+    # One pass over x (mean and variance reduce together, one kernel): sums of x shifted by
+    # the block's first element, which keeps E[d^2] - E[d]^2 free of cancellation when the
+    # mean is large compared to the spread.
+    first = g.shrink(node, tuple((0, s) if i < axis else (0, 1) for i, s in enumerate(node.shape)))
+    shifted = g.binary("sub", node, _bcast(first, node.shape))
+    inv_count = g.const(1.0 / count, node.dtype, stat_shape)
+    shifted_mean = g.binary("mul", g.reduce("sum", shifted, dims), inv_count)
+    square_mean = g.binary("mul", g.reduce("sum", g.binary("mul", shifted, shifted), dims), inv_count)
+    mean = g.binary("add", first, shifted_mean)
+    var = g.binary("max", g.binary("sub", square_mean, g.binary("mul", shifted_mean, shifted_mean)),
+                   g.const(0.0, node.dtype, stat_shape))
     diff = g.binary("sub", node, _bcast(mean, node.shape))
-    var = g.binary("div", g.reduce("sum", g.binary("mul", diff, diff), dims),
-                   g.const(float(count), node.dtype, stat_shape))
     rstd = g.unary("recip", g.unary("sqrt", g.binary("add", var, g.const(eps, node.dtype, stat_shape))))
     out = g.binary("mul", diff, _bcast(rstd, node.shape))
     lead = (1,) * axis
