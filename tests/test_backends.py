@@ -1,0 +1,169 @@
+"""Every zyx backend against CPU torch: one representative set of ops, parametrized over backends.
+
+The zyx devices are built once per process from ``CONFIG.backends``. So that one process can
+test every backend, this module (collected before the others) appends "opencl" to the
+backends before any device exists: the CPU stays zyx:0 for the other test modules and the
+OpenCL devices follow it. A backend without a device skips with the reason.
+"""
+
+import pytest
+import torch
+from conftest import assert_close
+
+from torch_zyx import realize
+from torch_zyx.config import CONFIG
+
+if not realize._devices and "opencl" not in CONFIG.backends:
+    CONFIG.backends = [*CONFIG.backends, "opencl"]
+
+BACKENDS = ["cpu", "opencl"]
+
+
+def _device_for(backend: str) -> torch.device:
+    for ctx in realize.devices():
+        if ctx.runtime.name == backend:
+            return torch.device("zyx", ctx.index)
+    if backend == "opencl":
+        try:
+            import pyopencl  # noqa: F401
+        except ImportError:
+            pytest.skip("opencl: pyopencl is not installed (`make ocl` installs PoCL and pyopencl)")
+        if "opencl" not in CONFIG.backends:
+            pytest.skip("opencl: zyx devices were built before this module could add the backend; "
+                        "run with ZYX_BACKENDS=cpu,opencl")
+        pytest.skip("opencl: pyopencl finds no OpenCL platform with a device (install pocl-opencl-icd)")
+    pytest.skip(f"{backend}: backend not configured")
+
+
+@pytest.fixture(params=BACKENDS)
+def dev(request) -> torch.device:
+    return _device_for(request.param)
+
+
+def _supports(device: torch.device, dtype_name: str) -> bool:
+    runtime = realize.devices()[device.index].runtime
+    return getattr(runtime, "supports", lambda _name: True)(dtype_name)
+
+
+def test_elementwise_chain(dev):
+    x, y = torch.randn(1000, 33), torch.randn(1000, 33)
+    expect = torch.where(x > 0, (x * 0.5 + 0.25).exp().sin(), y.abs().sqrt()) - x.tanh() * y.sigmoid()
+    got = torch.where(x.to(dev) > 0, (x.to(dev) * 0.5 + 0.25).exp().sin(), y.to(dev).abs().sqrt()) \
+        - x.to(dev).tanh() * y.to(dev).sigmoid()
+    assert_close(got, expect, rtol=1e-4, atol=1e-5)
+
+
+def test_broadcast_and_scalars(dev):
+    x, b = torch.randn(7, 1, 5), torch.randn(3, 1)
+    assert_close((x.to(dev) + b.to(dev)) / 3.0 - 1.5, (x + b) / 3.0 - 1.5)
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+def test_reductions(dev, dim):
+    x = torch.randn(64, 130)
+    xd = x.to(dev)
+    if dim is None:
+        assert_close(xd.sum(), x.sum(), rtol=1e-4, atol=1e-4)
+        assert_close(xd.amax(), x.amax())
+        assert_close(xd.mean(), x.mean(), rtol=1e-4, atol=1e-5)
+    else:
+        assert_close(xd.sum(dim), x.sum(dim), rtol=1e-4, atol=1e-4)
+        assert_close(xd.amax(dim), x.amax(dim))
+        assert_close(xd.amin(dim), x.amin(dim))
+        assert_close(xd.mean(dim), x.mean(dim), rtol=1e-4, atol=1e-5)
+
+
+def test_max_propagates_nan(dev):
+    x = torch.tensor([[1.0, float("nan"), 3.0], [4.0, 5.0, -float("inf")]])
+    assert_close(x.to(dev).amax(1), x.amax(1), equal_nan=True)
+    assert_close(torch.maximum(x.to(dev), x.to(dev).flip(1)), torch.maximum(x, x.flip(1)), equal_nan=True)
+
+
+def test_softmax(dev):
+    x = torch.randn(16, 1000)
+    assert_close(torch.softmax(x.to(dev), -1), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    assert_close(torch.log_softmax(x.to(dev), 0), torch.log_softmax(x, 0), rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm(dev):
+    x, w, b = torch.randn(8, 10, 64), torch.randn(64), torch.randn(64)
+    got = torch.nn.functional.layer_norm(x.to(dev), (64,), w.to(dev), b.to(dev))
+    assert_close(got, torch.nn.functional.layer_norm(x, (64,), w, b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [((33, 17), (17, 40)), ((3, 16, 64), (3, 64, 32))])
+def test_matmul(dev, shape):
+    a, b = torch.randn(*shape[0]), torch.randn(*shape[1])
+    assert_close(a.to(dev) @ b.to(dev), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_views_and_inplace(dev):
+    x = torch.randn(6, 8)
+    xd = x.to(dev)
+    assert_close(xd.t().contiguous()[1:5:2], x.t().contiguous()[1:5:2])
+    assert_close(xd.reshape(4, 12).permute(1, 0)[::3], x.reshape(4, 12).permute(1, 0)[::3])
+    assert_close(torch.cat([xd, xd.flip(0)], 1), torch.cat([x, x.flip(0)], 1))
+    xd[1:3] += 1
+    x[1:3] += 1
+    xd[:, 0].mul_(-2)
+    x[:, 0].mul_(-2)
+    assert_close(xd, x)
+    assert_close(torch.nn.functional.pad(xd, (1, 2)), torch.nn.functional.pad(x, (1, 2)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_float_dtypes(dev, dtype):
+    if dtype == torch.float64 and not _supports(dev, "float64"):
+        pytest.skip("the OpenCL device has no cl_khr_fp64")
+    x, y = torch.randn(300, 7).to(dtype), torch.randn(300, 7).to(dtype)
+    tol = {} if dtype == torch.float64 else {"rtol": 2e-2, "atol": 2e-2}
+    assert_close(x.to(dev) * y.to(dev) + 1, x * y + 1, **tol)
+    assert_close(x.to(dev).float().sum(1), x.float().sum(1), rtol=1e-3, atol=1e-3)
+    assert_close(x.to(dev).to(torch.float32), x.to(torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8, torch.uint8])
+def test_int_dtypes(dev, dtype):
+    x = torch.randint(0, 100, (50, 9), dtype=dtype)
+    y = torch.randint(1, 20, (50, 9), dtype=dtype)
+    xd, yd = x.to(dev), y.to(dev)
+    assert_close(xd + yd * 3, x + y * 3)
+    assert_close(xd // yd, x // y)
+    assert_close(torch.maximum(xd, yd), torch.maximum(x, y))
+    assert_close(xd.sum(1), x.sum(1))
+    assert_close((xd > yd).to(torch.int64), (x > y).to(torch.int64))
+
+
+def test_bool(dev):
+    x, y = torch.randn(40, 3) > 0, torch.randn(40, 3) > 0
+    xd, yd = x.to(dev), y.to(dev)
+    assert_close(xd & ~yd, x & ~y)
+    assert_close(xd | yd, x | y)
+    assert_close(xd.any(1), x.any(1))
+    assert_close(xd.all(0), x.all(0))
+    assert_close(torch.where(xd, 1.0, -1.0), torch.where(x, 1.0, -1.0))
+
+
+def test_random_matches_cpu_backend(dev):
+    cpu_dev = _device_for("cpu")
+    torch.zyx.manual_seed_all(1234)
+    a = torch.rand(1000, device=cpu_dev)
+    torch.zyx.manual_seed_all(1234)
+    b = torch.rand(1000, device=dev)
+    # The counter-based generator is the same kernel on every backend.
+    torch.testing.assert_close(a.cpu(), b.cpu())
+    assert 0.0 <= float(b.min()) and float(b.max()) < 1.0
+
+
+def test_cross_device_copy():
+    cpu_dev, ocl_dev = _device_for("cpu"), _device_for("opencl")
+    x = torch.randn(123, 5)
+    a = x.to(cpu_dev) * 2
+    b = a.to(ocl_dev) + 1
+    c = b.to(cpu_dev) - 1
+    assert b.device == ocl_dev and c.device == cpu_dev
+    assert_close(b, x * 2 + 1)
+    assert_close(c, x * 2)
+    d = torch.empty(123, 5, device=ocl_dev)
+    d.copy_(a)
+    assert_close(d, x * 2)

@@ -1,0 +1,45 @@
+"""OpenCL C renderer: the OpenCL table for the C-style renderer base (``cstyle``).
+
+Half is stored as ``half`` and moved with ``vload_half``/``vstore_half_rte``, which need no
+cl_khr_fp16; bfloat16 is stored as ``ushort`` (its upper float bits, round to nearest even);
+bool is stored as ``uchar``. Float64 enables cl_khr_fp64 when a kernel uses it.
+"""
+
+from __future__ import annotations
+
+from .cstyle import Language
+from .cstyle import render as render_c
+from .ir import LoopKernel
+
+MEMORY_TYPE = {"float16": "half", "bfloat16": "ushort", "float32": "float", "float64": "double",
+               "int8": "char", "int16": "short", "int32": "int", "int64": "long", "uint8": "uchar",
+               "uint64": "ulong", "bool": "uchar"}
+REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="bool")
+
+# bfloat16 → float is exact; float → bfloat16 rounds to nearest even and keeps NaN quiet.
+_BF16_HELPER = """inline ushort zyx_f2bf(float f) {
+  uint u = as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}"""
+
+OPENCL = Language(
+    name="opencl",
+    memory_type=MEMORY_TYPE,
+    register_type=REGISTER_TYPE,
+    kernel_prefix="__kernel",
+    buffer_param="__global {type}* {name}",
+    scalar_param="{type} {name}",
+    global_id="((long)get_global_id(0))",
+    index_type="long",
+    param_type="ulong",
+    load_format={"float16": "vload_half({idx}, {buf})", "bfloat16": "as_float(((uint){buf}[{idx}]) << 16)",
+                 "bool": "({buf}[{idx}] != 0)"},
+    store_format={"float16": "vstore_half_rte({value}, {idx}, {buf});",
+                  "bfloat16": "{buf}[{idx}] = zyx_f2bf({value});", "bool": "{buf}[{idx}] = (uchar){value};"},
+    dtype_prelude={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "bfloat16": _BF16_HELPER},
+)
+
+
+def render(kernel: LoopKernel) -> str:
+    return render_c(kernel, OPENCL)

@@ -1,0 +1,112 @@
+"""OpenCL runtime: OpenCL C source → programs through pyopencl, one context and queue per device.
+
+A program is ``__kernel void k(buffers..., params..., long end)`` with one work item per outer
+iteration (the renderer guards ``id < end``), so ``launch`` rounds the global size up to a
+multiple of the local size. Launches are enqueued on the device's in-order queue with the
+OpenCL events they must wait for and return a ``CLEvent``. PoCL serves machines without a
+GPU; vendor drivers (NVIDIA, AMD, Intel) serve GPUs. Build errors carry the build log.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyopencl as cl
+
+from ..memory.events import Event
+from ..memory.opencl import CLEvent, OpenCLPool, cl_wait_list
+
+log = logging.getLogger("torch_zyx")
+
+# Work items per work group on GPUs; CPU drivers (PoCL) prefer larger groups they vectorize.
+_GPU_LOCAL = 256
+_CPU_LOCAL = 1024
+
+
+class CompileError(RuntimeError):
+    """A kernel failed to build; carries the source and the OpenCL build log."""
+
+    def __init__(self, name: str, source: str, message: str):
+        numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(source.splitlines()))
+        super().__init__(
+            f"zyx: compiling OpenCL kernel {name} failed:\n{message}\n--- source ---\n{numbered}\n"
+            f"--- reproduce: save the source to k.cl and build it with clinfo/pyopencl ---")
+        self.source, self.log = source, message
+
+
+class OpenCLProgram:
+    def __init__(self, device: OpenCLDevice, name: str, kernel, source: str):
+        self.device, self.name, self.source = device, name, source
+        self._kernel = kernel
+        self._num_args = kernel.num_args
+        wg = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
+        self._local = max(1, min(device.local_size, wg))
+
+    def launch(self, buffers: list, params: list[int], global_size: int, work: int,
+               wait_events: list[Event]) -> Event:
+        """Run outer iterations [0, global_size), one work item each."""
+        del work  # the device schedules work groups itself
+        device = self.device
+        args = [b.raw.mem for b in buffers]
+        # Arguments: buffers, the parameters the kernel reads (maybe fewer than given), end.
+        n_params = self._num_args - len(buffers) - 1
+        values = list(params[:n_params]) + [0] * max(0, n_params - len(params))
+        args += [np.uint64(p & 0xFFFFFFFFFFFFFFFF) for p in values]
+        args.append(np.int64(global_size))
+        local = min(self._local, max(global_size, 1))
+        padded = -(-max(global_size, 1) // local) * local
+        wait_for = cl_wait_list(wait_events, device.context)
+        # The queue is used from one thread (the recording thread); set_args + enqueue is safe.
+        self._kernel.set_args(*args)
+        cl_event = cl.enqueue_nd_range_kernel(device.queue, self._kernel, (padded,), (local,),
+                                              wait_for=wait_for or None)
+        device.queue.flush()
+        # The buffers must outlive the kernel (ASYNC EVENT RULES): the event keeps them.
+        return CLEvent(cl_event, keepalive=buffers)
+
+
+class OpenCLDevice:
+    """One OpenCL device with its own context, in-order queue and memory pool."""
+
+    name = "opencl"
+    renderer = "opencl"
+
+    def __init__(self, cl_device):
+        self.cl_device = cl_device
+        self.context = cl.Context([cl_device])
+        self.queue = cl.CommandQueue(self.context, cl_device)
+        self.pool = OpenCLPool(self.context, self.queue)
+        is_gpu = bool(cl_device.type & cl.device_type.GPU)
+        self.local_size = min(_GPU_LOCAL if is_gpu else _CPU_LOCAL, cl_device.max_work_group_size)
+        self.fp64 = "cl_khr_fp64" in cl_device.extensions or bool(cl_device.double_fp_config)
+
+    def describe(self) -> str:
+        d = self.cl_device
+        return (f"opencl: {d.platform.name.strip()} / {d.name.strip()} ({d.max_compute_units} compute units, "
+                f"{d.global_mem_size / 2**30:.1f} GiB{', fp64' if self.fp64 else ''})")
+
+    def supports(self, dtype_name: str) -> bool:
+        return dtype_name != "float64" or self.fp64
+
+    def compile(self, name: str, source: str) -> OpenCLProgram:
+        try:
+            program = cl.Program(self.context, source).build()
+        except cl.RuntimeError as exc:
+            raise CompileError(name, source, str(exc)) from None
+        return OpenCLProgram(self, name, getattr(program, name), source)
+
+
+def opencl_devices() -> tuple[list[OpenCLDevice], str]:
+    """Every device of every OpenCL platform, in platform order, and why there are none."""
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as exc:
+        return [], f"no OpenCL platform ({exc})"
+    found = []
+    for platform in platforms:
+        try:
+            found.extend(OpenCLDevice(d) for d in platform.get_devices())
+        except cl.Error as exc:
+            log.warning("zyx: OpenCL platform %r unusable: %s", platform.name, exc)
+    return found, "" if found else "OpenCL platforms have no devices"
