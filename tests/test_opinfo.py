@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import signal
 import zlib
 from pathlib import Path
@@ -59,7 +60,7 @@ FORK = os.environ.get("ZYX_OPINFO_FORK", "1") not in ("", "0")
 CRASH = "Crash:"
 STRICT = os.environ.get("ZYX_OPINFO_STRICT", "") not in ("", "0")
 # A hung kernel compile must not stall the whole (2-core) run; the alarm turns it into a failure.
-TEST_TIMEOUT_S = int(os.environ.get("ZYX_OPINFO_TIMEOUT", "180") or 180)
+TEST_TIMEOUT_S = int(os.environ.get("ZYX_OPINFO_TIMEOUT", "120") or 120)
 EXPECTED_FILE = Path(__file__).with_name("opinfo_expected_failures.json")
 EXPECTED: dict[str, str] = json.loads(EXPECTED_FILE.read_text()) if EXPECTED_FILE.exists() else {}
 
@@ -171,6 +172,14 @@ def run_forked(body) -> None:
             f.write(msg)
         os._exit(0)
     os.close(write_fd)
+    # The child may deadlock in C (a lock held by another thread at fork time), where its own
+    # SIGALRM handler never runs: the parent enforces the timeout and kills it.
+    ready, _, _ = select.select([read_fd], [], [], TEST_TIMEOUT_S + 5)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_fd)
+        raise ForkedFailure(f"Timeout: forked test did not finish in {TEST_TIMEOUT_S}s (killed)")
     with os.fdopen(read_fd) as f:
         msg = f.read()
     _, status = os.waitpid(pid, 0)
