@@ -89,6 +89,14 @@ def to_zyx(value):
     return value
 
 
+def sample_to_zyx(sample):
+    """The sample with its tensors on zyx; a factory op's ``device=`` kwarg is pointed at zyx too."""
+    moved = sample.transform(to_zyx)
+    if "device" in moved.kwargs:
+        moved.kwargs = {**moved.kwargs, "device": "zyx"}
+    return moved
+
+
 def realize_all(value):
     """Bring every zyx tensor in ``value`` to the CPU (forces lazy work, surfaces its errors)."""
     return tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, value)
@@ -220,7 +228,7 @@ class TestZyxOpInfo(TestCase):
                 if values:
                     torch.manual_seed(0)
                 cpu_out = op(sample.input, *sample.args, **sample.kwargs)
-                zs = sample.transform(to_zyx)
+                zs = sample_to_zyx(sample)
                 if values:
                     torch.manual_seed(0)
                 zyx_out = op(zs.input, *zs.args, **zs.kwargs)
@@ -246,7 +254,7 @@ class TestZyxOpInfo(TestCase):
                 grads = [torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in cpu_out]
                 cpu_g = torch.autograd.grad(cpu_out, cpu_in, grads, allow_unused=True)
 
-                zs = sample.transform(to_zyx)
+                zs = sample_to_zyx(sample)
                 zyx_in = [t for t in tree_flatten((zs.input, zs.args, zs.kwargs))[0]
                           if isinstance(t, torch.Tensor) and t.requires_grad]
                 zyx_out = [t for t in tree_flatten(op(zs.input, *zs.args, **zs.kwargs))[0]
@@ -261,7 +269,7 @@ class TestZyxOpInfo(TestCase):
     def test_errors(self, device, op):
         def body():
             for i, err in enumerate(op.error_inputs("cpu")):
-                zs = err.sample_input.transform(to_zyx)
+                zs = sample_to_zyx(err.sample_input)
                 try:
                     realize_all(op(zs.input, *zs.args, **zs.kwargs))
                 except err.error_type:
