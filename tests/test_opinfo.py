@@ -206,6 +206,9 @@ class TestZyxOpInfo(TestCase):
         # A crash cannot be xfailed in-process (it kills the worker); forked runs still try it.
         if EXPECTED.get(name, "").startswith(CRASH) and not FORK:
             self.skipTest(f"known crash, run with ZYX_OPINFO_FORK=1 to retry: {EXPECTED[name]}")
+        # A known hang costs the whole timeout; only the full run (make test-ops) retries it.
+        if EXPECTED.get(name, "").startswith("Timeout:") and not FULL:
+            self.skipTest(f"known hang, ZYX_OPINFO_FULL=1 retries it: {EXPECTED[name]}")
         try:
             if FORK:
                 run_forked(body)
