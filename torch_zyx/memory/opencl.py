@@ -82,7 +82,8 @@ class OpenCLPool:
     def __init__(self, context, queue):
         self.context, self.queue = context, queue
         self._cache: dict[int, list[CLBuffer]] = defaultdict(list)
-        self._lock = threading.Lock()
+        # Reentrant: a Buffer freed by the garbage collector inside allocate() takes it again.
+        self._lock = threading.RLock()
         self.allocated = 0  # bytes held by live buffers (not counting the cache)
         self.max_allocated = 0
         self.reserved = 0  # live + cached

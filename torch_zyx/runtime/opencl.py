@@ -62,8 +62,11 @@ class OpenCLProgram:
         cl_event = cl.enqueue_nd_range_kernel(device.queue, self._kernel, (padded,), (local,),
                                               wait_for=wait_for or None)
         device.queue.flush()
-        # The buffers must outlive the kernel (ASYNC EVENT RULES): the event keeps them.
-        return CLEvent(cl_event, keepalive=buffers)
+        # No keepalive of the Buffers here: a freed Buffer's memory waits in the pool until
+        # this event is done (ASYNC EVENT RULES), and OpenCL retains the cl.Buffers it uses.
+        # Holding Buffers would run Buffer.__del__ (which takes the event table's lock) from
+        # inside EventTable.take when the table drops a finished event.
+        return CLEvent(cl_event)
 
 
 class OpenCLDevice:
