@@ -52,7 +52,9 @@ class EventTable:
 
     def __init__(self):
         self._events: dict[frozenset, Event] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: a garbage-collected Buffer's __del__ can call take() while this thread
+        # already holds the lock (GC runs at any allocation), which deadlocked a plain Lock.
+        self._lock = threading.RLock()
 
     def record(self, buffer_ids: Iterable[int], event: Event) -> None:
         key = frozenset(buffer_ids)
@@ -70,8 +72,8 @@ class EventTable:
         taken: list[Event] = []
         with self._lock:
             for key in [k for k in self._events if not wanted.isdisjoint(k)]:
-                event = self._events.pop(key)
-                if not event.is_done():
+                event = self._events.pop(key, None)
+                if event is not None and not event.is_done():
                     taken.append(event)
         return taken
 
