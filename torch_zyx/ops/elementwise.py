@@ -14,8 +14,19 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from .registry import (PROMOTE_BOOL, PROMOTE_DEFAULT, PROMOTE_INT_TO_FLOAT, aten, broadcast, cast, device_of,
-                       new, operand, register, result_dtype)
+from .registry import (
+    PROMOTE_BOOL,
+    PROMOTE_DEFAULT,
+    PROMOTE_INT_TO_FLOAT,
+    aten,
+    broadcast,
+    cast,
+    device_of,
+    new,
+    operand,
+    register,
+    result_dtype,
+)
 
 
 def c(value, like: Node) -> Node:
@@ -98,7 +109,8 @@ def pow_(x: Node, y: Node) -> Node:
     x, y = broadcast(x, y)
     result = c(1, x)
     base = x
-    for bit in range(63 if x.dtype.itemsize == 8 else 31):
+    # Only shifts below the bit width: wider ones are poison in LLVM (not zero).
+    for bit in range(x.dtype.itemsize * 8):
         if y.op == "CONST" and (y.arg >> bit) == 0:
             break
         take = b("ne", b("and", b("shr", y, c(bit, y)), c(1, y)), c(0, y))
@@ -112,8 +124,31 @@ def sign(x: Node) -> Node:
         return x
     pos = g.cast(b("lt", c(0, x), x), x.dtype)
     negative = g.cast(b("lt", x, c(0, x)), x.dtype)
-    out = sub(pos, negative)
-    return where(u("isnan", x), x, out) if x.dtype.is_float else out
+    return sub(pos, negative)  # NaN compares false both ways: sign(nan) == 0 as in PyTorch
+
+
+def shift(op: str, x: Node, y: Node) -> Node:
+    """x << y / x >> y with PyTorch's meaning for shifts past the width (0, or -1 for negative
+    x >> y); LLVM leaves those undefined, so they are selected explicitly."""
+    x, y = broadcast(x, y)
+    bits = x.dtype.itemsize * 8
+    big = b("or", b("lt", y, c(0, y)), b("le", c(bits, y), y))
+    out = g.binary(op, x, where(big, c(0, y), y))
+    if op == "shl" or x.dtype.kind == "u":
+        fill = c(0, x)
+    else:
+        fill = where(b("lt", x, c(0, x)), c(-1, x), c(0, x))
+    return where(big, fill, out)
+
+
+def bitwise(op: str):
+    def fn(x: Node, y: Node) -> Node:
+        if x.dtype.is_float:
+            # PyTorch has no float kernel either; NotImplementedError is what the CPU raises.
+            raise NotImplementedError(f"bitwise op {op} is not implemented for floating point")
+        return b(op, x, y)
+
+    return fn
 
 
 def isinf(x: Node) -> Node:
@@ -203,13 +238,13 @@ BINARY = {
     "logical_and": (lambda x, y: b("and", logical(x), logical(y)), PROMOTE_BOOL),
     "logical_or": (lambda x, y: b("or", logical(x), logical(y)), PROMOTE_BOOL),
     "logical_xor": (lambda x, y: b("xor", logical(x), logical(y)), PROMOTE_BOOL),
-    "bitwise_and": (lambda x, y: b("and", x, y), PROMOTE_DEFAULT),
-    "bitwise_or": (lambda x, y: b("or", x, y), PROMOTE_DEFAULT),
-    "bitwise_xor": (lambda x, y: b("xor", x, y), PROMOTE_DEFAULT),
-    "bitwise_left_shift": (lambda x, y: b("shl", x, y), PROMOTE_DEFAULT),
-    "bitwise_right_shift": (lambda x, y: b("shr", x, y), PROMOTE_DEFAULT),
-    "__lshift__": (lambda x, y: b("shl", x, y), PROMOTE_DEFAULT),
-    "__rshift__": (lambda x, y: b("shr", x, y), PROMOTE_DEFAULT),
+    "bitwise_and": (bitwise("and"), PROMOTE_DEFAULT),
+    "bitwise_or": (bitwise("or"), PROMOTE_DEFAULT),
+    "bitwise_xor": (bitwise("xor"), PROMOTE_DEFAULT),
+    "bitwise_left_shift": (lambda x, y: shift("shl", x, y), PROMOTE_DEFAULT),
+    "bitwise_right_shift": (lambda x, y: shift("shr", x, y), PROMOTE_DEFAULT),
+    "__lshift__": (lambda x, y: shift("shl", x, y), PROMOTE_DEFAULT),
+    "__rshift__": (lambda x, y: shift("shr", x, y), PROMOTE_DEFAULT),
     "xlogy": (lambda x, y: where(u("isnan", y), y, where(b("eq", x, c(0, x)), c(0.0, x), mul(x, u("log", y)))),
               PROMOTE_INT_TO_FLOAT),
     "hypot": (lambda x, y: u("sqrt", add(mul(x, x), mul(y, y))), PROMOTE_DEFAULT),
@@ -260,6 +295,13 @@ def _make_add(sign_: int, reverse: bool):
         if reverse:
             x, y = y, x
         compute, result = result_dtype(x, y)
+        if sign_ < 0 and _is_bool(x) and _is_bool(y):
+            raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                               "Use the `^` or `logical_xor()` operator instead.")
+        if sign_ < 0 and (_is_bool(x) or _is_bool(y)):
+            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                               "If you are trying to invert a mask, use the `~` or `logical_not()` "
+                               "operator instead.")
         xn, yn = operand(x, compute), operand(y, compute)
         if alpha != 1:
             yn = mul(yn, g.const(alpha, xn.dtype))
@@ -288,14 +330,14 @@ def div_mode(x, y, rounding_mode=None):
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where_(cond, x, y):
-    compute, result = result_dtype(x, y)
+    _, result = result_dtype(x, y)
     out = where(cast(operand(cond, torch.bool), torch.bool), operand(x, result), operand(y, result))
     return new(out, _device([cond, x, y]))
 
 
 @register(aten.clamp.default, aten.clamp.Tensor)
 def clamp(x, min=None, max=None):
-    compute, result = result_dtype(x, min, max)
+    _, result = result_dtype(x, min, max)
     out = operand(x, result)
     if min is not None:
         lo = operand(min, result)
@@ -304,6 +346,10 @@ def clamp(x, min=None, max=None):
     if max is not None:
         out = minimum(out, operand(max, result))
     return new(out, _device([x, min, max]))
+
+
+def _is_bool(x) -> bool:
+    return isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.dtype == torch.bool)
 
 
 def _is_scalar(x) -> bool:

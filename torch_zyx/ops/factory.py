@@ -36,7 +36,7 @@ def empty_storage(shape, strides, dtype: torch.dtype, device_index) -> ZyxTensor
 
 def _contiguous_for(shape, memory_format) -> tuple[int, ...]:
     if memory_format == torch.channels_last and len(shape) == 4:
-        n, c, h, w = shape
+        _, c, h, w = shape
         return (h * w * c, 1, w * c, c)
     return g.contiguous_strides(tuple(shape))
 
@@ -193,7 +193,10 @@ def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory
     high = g.binary("sub", g.const(end, dtypes.float64, (steps,)),
                     g.binary("mul", g.binary("sub", g.const(steps - 1, dtypes.float64, (steps,)), i),
                              g.const(step, dtypes.float64, (steps,))))
-    values = g.where(g.binary("lt", g.iota((steps,)), g.const(half, dtypes.int64, (steps,))), low, high)
+    if steps == 1:
+        values = low  # just ``start``
+    else:
+        values = g.where(g.binary("lt", g.iota((steps,)), g.const(half, dtypes.int64, (steps,))), low, high)
     return wrap(g.cast(values, zdtype(dtype)), _device(index))
 
 

@@ -12,8 +12,8 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import ZyxTensor, read, wrap
-from .registry import aten, register
+from ..tensor import ZyxTensor, read, wrap, zdtype
+from .registry import aten, operand, register
 
 
 def _onehot_take(x: Node, dim: int, index: Node) -> Node:
@@ -37,8 +37,16 @@ def _onehot_take(x: Node, dim: int, index: Node) -> Node:
     return g.reshape(g.reduce("sum", picked, (nd,)), wide[:-1])
 
 
+def _check_index_dtype(index, name: str) -> None:
+    if index.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
+
+
 @register(aten.index_select.default)
 def index_select(x, dim, index):
+    _check_index_dtype(index, "index_select")
+    if index.dim() > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
     node = read(x)
     if not node.shape:
         node = g.reshape(node, (1,))
@@ -59,6 +67,11 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 @register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(x, mask, value):
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype {mask.dtype}")
+    if isinstance(value, torch.Tensor) and value.dim() != 0:
+        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                           f"{value.dim()} dimension(s).")
     node = read(x)
     m = read(mask)
     shape = tuple(torch.broadcast_shapes(node.shape, m.shape))
@@ -94,6 +107,15 @@ def _gather_node(x: Node, dim: int, index: Node) -> Node:
 
 @register(aten.gather.default)
 def gather(x, dim, index, sparse_grad=False):
+    if index.dtype != torch.int64:
+        raise RuntimeError("gather(): Expected dtype int64 for index")
+    if index.dim() != x.dim() and x.dim() and index.dim():
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    d = dim % max(x.dim(), 1)
+    for i in range(index.dim()):
+        if i != d and x.dim() and index.shape[i] > x.shape[i]:
+            raise RuntimeError(f"Size does not match at dimension {i} expected index {list(index.shape)} to be "
+                               f"smaller than self {list(x.shape)} apart from dimension {d}")
     node = read(x)
     idx = g.cast(read(index), dtypes.int64)
     if not node.shape:
@@ -172,33 +194,164 @@ def scatter_add(x, dim, index, src):
     return _scatter(x, dim, index, src, reduce_add=True)
 
 
-@register(aten.index_put.default)
-def index_put(x, indices, values, accumulate=False):
+def _as_long_indices(indices) -> list:
+    """Indices with every bool mask replaced by the long index tensors of its true positions."""
+    out = []
+    for idx in indices:
+        if idx is not None and idx.dtype in (torch.bool, torch.uint8):
+            out.extend(nonzero(idx).unbind(1))
+        else:
+            out.append(idx)
+    return out
+
+
+def _advanced(x, indices):
+    """Flatten PyTorch advanced indexing to one axis.
+
+    Returns (node with the indexed dims flattened into axis 0 and the others after it in
+    order, flat index node of the broadcast index shape B, B, rest dims, where B goes in the
+    result: 0 or the first indexed dim when the indexed dims are adjacent)."""
+    indices = _as_long_indices(indices)
+    if len(indices) > x.dim():
+        raise IndexError(f"too many indices for tensor of dimension {x.dim()} (got {len(indices)})")
+    indexed = [d for d, idx in enumerate(indices) if idx is not None]
+    for d in indexed:
+        if indices[d].dtype not in (torch.int64, torch.int32):
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    shape = tuple(torch.broadcast_shapes(*(tuple(indices[d].shape) for d in indexed)))
     node = read(x)
-    if len(indices) == 1 and indices[0] is not None and indices[0].dtype == torch.bool \
-            and tuple(indices[0].shape) == tuple(x.shape):
-        mask = g.cast(read(indices[0]), dtypes.bool_)
-        if values.numel() == 1:
-            v = g.expand(g.reshape(g.cast(read(values), node.dtype), (1,) * len(node.shape)), node.shape)
-            if accumulate:
-                return wrap(g.where(mask, g.binary("add", node, v), node), x._storage.device)
-            return wrap(g.where(mask, v, node), x._storage.device)
-    if len(indices) == 1 and indices[0] is not None and indices[0].dtype in (torch.int64, torch.int32) \
-            and indices[0].dim() == 1:
-        idx = g.cast(read(indices[0]), dtypes.int64)
-        m = idx.shape[0]
-        vals = g.cast(read(values), node.dtype)
-        target = (m,) + node.shape[1:]
-        vals = g.expand(g.reshape(vals, (1,) * (len(target) - len(vals.shape)) + vals.shape), target)
-        index_full = g.expand(g.reshape(idx, (m,) + (1,) * (len(node.shape) - 1)), target)
-        return wrap(_scatter_node(node, 0, index_full, vals, accumulate), x._storage.device)
-    raise NotImplementedError("index_put with this index pattern")
+    rest = [d for d in range(x.dim()) if d not in indexed]
+    node = g.permute(node, tuple(indexed + rest))
+    sizes = [x.shape[d] for d in indexed]
+    total = 1
+    for n in sizes:
+        total *= n
+    node = g.reshape(node, (total,) + tuple(x.shape[d] for d in rest))
+    flat = None
+    stride = 1
+    for d, n in reversed(list(zip(indexed, sizes))):
+        idx = g.cast(read(indices[d]), dtypes.int64)
+        idx = g.expand(g.reshape(idx, (1,) * (len(shape) - len(idx.shape)) + idx.shape), shape)
+        idx = g.where(g.binary("lt", idx, g.const(0, dtypes.int64, shape)),
+                      g.binary("add", idx, g.const(n, dtypes.int64, shape)), idx)
+        term = g.binary("mul", idx, g.const(stride, dtypes.int64, shape)) if stride != 1 else idx
+        flat = term if flat is None else g.binary("add", flat, term)
+        stride *= n
+    adjacent = indexed == list(range(indexed[0], indexed[-1] + 1))
+    position = indexed[0] if adjacent else 0
+    return node, flat, shape, tuple(x.shape[d] for d in rest), position
+
+
+def _place(nb: int, nrest: int, position: int) -> tuple[int, ...]:
+    """Permutation taking (B..., rest...) to the result order with B at ``position``."""
+    b_axes = list(range(nb))
+    r_axes = list(range(nb, nb + nrest))
+    return tuple(r_axes[:position] + b_axes + r_axes[position:])
 
 
 @register(aten.index.Tensor)
 def index(x, indices):
-    if len(indices) == 1 and indices[0] is not None and indices[0].dtype in (torch.int64, torch.int32):
-        idx = indices[0]
-        out = index_select(x, 0, idx.reshape(-1))
-        return wrap(g.reshape(read(out), tuple(idx.shape) + tuple(x.shape[1:])), x._storage.device)
-    raise NotImplementedError("index with this index pattern")
+    indices = list(indices)
+    if not any(i is not None for i in indices):
+        return wrap(read(x), x._storage.device)
+    node, flat, shape, rest, position = _advanced(x, indices)
+    m = 1
+    for s_ in shape:
+        m *= s_
+    out = _onehot_take(node, 0, g.reshape(flat, (m,))) if m and node.shape[0] else \
+        g.const(0, node.dtype, (m,) + rest)
+    out = g.reshape(out, shape + rest)
+    out = g.permute(out, _place(len(shape), len(rest), position))
+    return wrap(out, x._storage.device)
+
+
+@register(aten.index_put.default)
+def index_put(x, indices, values, accumulate=False):
+    indices = list(indices)
+    vnode = operand(values, x.dtype) if not isinstance(values, ZyxTensor) else g.cast(read(values), zdtype(x.dtype))
+    if len(indices) == 1 and indices[0] is not None and indices[0].dtype == torch.bool \
+            and tuple(indices[0].shape) == tuple(x.shape) and vnode.numel == 1:
+        # A full-shape mask with one value: an elementwise select, no data-dependent shape.
+        node = read(x)
+        mask = g.cast(read(indices[0]), dtypes.bool_)
+        v = g.expand(g.reshape(vnode, (1,) * len(node.shape)), node.shape)
+        if accumulate:
+            v = g.binary("or" if node.dtype == dtypes.bool_ else "add", node, v)
+        return wrap(g.where(mask, v, node), x._storage.device)
+    node, flat, shape, rest, position = _advanced(x, indices)
+    m = 1
+    for s_ in shape:
+        m *= s_
+    if m == 0 or node.shape[0] == 0:
+        return wrap(read(x), x._storage.device)
+    # values broadcast to the result layout of x[indices], then back to (B..., rest...).
+    target = tuple(_result_shape(shape, rest, position))
+    if len(vnode.shape) > len(target):
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vnode.shape)} cannot be broadcast to "
+                           f"indexing result of shape {list(target)}")
+    try:
+        torch.broadcast_shapes(vnode.shape, target)
+    except RuntimeError:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vnode.shape)} cannot be broadcast to "
+                           f"indexing result of shape {list(target)}") from None
+    vals = g.expand(g.reshape(vnode, (1,) * (len(target) - len(vnode.shape)) + vnode.shape), target)
+    perm = _place(len(shape), len(rest), position)
+    inverse = tuple(perm.index(i) for i in range(len(perm)))
+    vals = g.reshape(g.permute(vals, inverse), (m,) + rest)
+    index_full = g.expand(g.reshape(flat, (m,) + (1,) * len(rest)), (m,) + rest)
+    out = _scatter_node(node, 0, index_full, vals, accumulate)
+    # Undo the flattening: (N, rest...) → indexed dims + rest → x's order.
+    indexed = [d for d in range(x.dim()) if d not in _rest_dims(x, indices)]
+    order = indexed + _rest_dims(x, indices)
+    out = g.reshape(out, tuple(x.shape[d] for d in order))
+    out = g.permute(out, tuple(order.index(d) for d in range(x.dim())))
+    return wrap(out, x._storage.device)
+
+
+def _rest_dims(x, indices) -> list[int]:
+    expanded = []
+    for idx in indices:
+        if idx is not None and idx.dtype in (torch.bool, torch.uint8):
+            expanded.extend([idx] * idx.dim())
+        else:
+            expanded.append(idx)
+    return [d for d in range(x.dim()) if d >= len(expanded) or expanded[d] is None]
+
+
+def _result_shape(shape, rest, position):
+    return tuple(rest[:position]) + tuple(shape) + tuple(rest[position:])
+
+
+@register(aten.nonzero.default)
+def nonzero(x):
+    """Positions of non-zero entries, shape (count, ndim). The count is a data-dependent shape:
+    it is realized (DESIGN.md lists that as a realization trigger); the positions stay lazy."""
+    node = g.reshape(g.cast(read(x), dtypes.bool_), (x.numel(),))
+    n = x.numel()
+    as_int = g.cast(node, dtypes.int64)
+    count = int(wrap(g.reshape(g.reduce("sum", as_int, (0,)), ()), x._storage.device).item()) if n else 0
+    if count == 0 or x.dim() == 0:
+        return wrap(g.const(0, dtypes.int64, (count, x.dim())), x._storage.device)
+    # rank[j] = number of true entries up to and including j; entry k is the j with rank k+1.
+    wide = (n, n)
+    rows = g.expand(g.reshape(g.iota((n,)), (n, 1)), wide)
+    cols = g.expand(g.reshape(g.iota((n,)), (1, n)), wide)
+    upto = g.where(g.binary("le", cols, rows), g.expand(g.reshape(as_int, (1, n)), wide),
+                   g.const(0, dtypes.int64, wide))
+    rank = g.reshape(g.reduce("sum", upto, (1,)), (n,))
+    wide = (count, n)
+    k = g.expand(g.reshape(g.binary("add", g.iota((count,)), g.const(1, dtypes.int64, (count,))), (count, 1)), wide)
+    hit = g.binary("and", g.binary("eq", g.expand(g.reshape(rank, (1, n)), wide), k),
+                   g.expand(g.reshape(node, (1, n)), wide))
+    pos = g.expand(g.reshape(g.iota((n,)), (1, n)), wide)
+    flat = g.reshape(g.reduce("sum", g.where(hit, pos, g.const(0, dtypes.int64, wide)), (1,)), (count,))
+    coords = []
+    stride = n
+    for size in x.shape:
+        stride //= max(size, 1)
+        c_ = g.binary("idiv", flat, g.const(max(stride, 1), dtypes.int64, (count,)))
+        coords.append(g.reshape(g.binary("mod", c_, g.const(size, dtypes.int64, (count,))), (count, 1)))
+    out = coords[0]
+    for i, c_ in enumerate(coords[1:], start=1):
+        out = g.binary("add", g.pad(out, ((0, 0), (0, 1))), g.pad(c_, ((0, 0), (i, 0))))
+    return wrap(out, x._storage.device)

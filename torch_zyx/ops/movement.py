@@ -12,7 +12,7 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
-from ..tensor import ZyxTensor, read, wrap, zdtype
+from ..tensor import ZyxTensor, read, restride, wrap, zdtype
 from .registry import aten, cast, register
 
 VIEW_OPS = [
@@ -24,7 +24,7 @@ VIEW_OPS = [
     aten.movedim.intlist, aten.swapaxes.default, aten.swapdims.default, aten.tensor_split.sections,
     aten.tensor_split.indices, aten.unflatten.int, aten.flatten.using_ints, aten._reshape_alias.default,
     aten.numpy_T.default, aten.mT.default, aten.mH.default, aten.adjoint.default, aten.hsplit.int,
-    aten.vsplit.int, aten.split.sizes, aten.unsafe_split.Tensor, aten.t_.default,
+    aten.vsplit.int, aten.split.sizes, aten.unsafe_split.Tensor,
 ]
 
 
@@ -50,6 +50,28 @@ def _view_lowering(func):
 
 for _op in VIEW_OPS:
     register(_op)(_view_lowering(_op))
+
+# In-place view ops change the tensor's own metadata (same storage): matmul's decomposition
+# uses squeeze_, and user code t_ / unsqueeze_.
+INPLACE_VIEW_OPS = {
+    aten.t_.default: aten.t.default, aten.transpose_.default: aten.transpose.int,
+    aten.squeeze_.default: aten.squeeze.default, aten.squeeze_.dim: aten.squeeze.dim,
+    aten.squeeze_.dims: aten.squeeze.dims, aten.unsqueeze_.default: aten.unsqueeze.default,
+    aten.swapaxes_.default: aten.swapaxes.default, aten.swapdims_.default: aten.swapdims.default,
+}
+
+
+def _inplace_view_lowering(functional):
+    def lowering(x, *args, **kwargs):
+        r = functional(_meta_of(x), *args, **kwargs)
+        restride(x, x._storage, tuple(r.shape), tuple(r.stride()), r.storage_offset())
+        return x
+
+    return lowering
+
+
+for _op, _functional in INPLACE_VIEW_OPS.items():
+    register(_op)(_inplace_view_lowering(_functional))
 
 
 @register(aten.cat.default)

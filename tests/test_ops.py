@@ -1,0 +1,677 @@
+"""The op list of issue 2 on zyx against CPU torch: values, dtypes, in-place/out= forms, errors.
+
+Each check runs the same function on CPU tensors and on zyx copies and compares results (and
+mutated inputs). Ops that must be native also assert no CPU fallback happened.
+"""
+
+import math
+
+import pytest
+import torch
+from conftest import assert_close
+
+import torch_zyx
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int32, torch.int64, torch.int8, torch.uint8]
+ALL = FLOATS + INTS + [torch.bool]
+
+
+def make(shape, dtype, seed=0, low=-4, high=4, positive=False):
+    """A deterministic CPU tensor of ``dtype`` with a useful spread of values."""
+    gen = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=gen) > 0.5
+    if dtype.is_floating_point:
+        lo = 0.1 if positive else low
+        return (torch.rand(shape, generator=gen, dtype=torch.float64) * (high - lo) + lo).to(dtype)
+    lo = 1 if positive else (0 if dtype == torch.uint8 else low)
+    return torch.randint(lo, high + 1, shape, generator=gen).to(dtype)
+
+
+def to_zyx(x):
+    if isinstance(x, torch.Tensor):
+        return x.to("zyx")
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_zyx(v) for v in x)
+    return x
+
+
+def tol(dtype):
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"rtol": 2e-2, "atol": 2e-2}
+    if dtype == torch.float32:
+        return {"rtol": 1e-4, "atol": 1e-5}
+    return {}
+
+
+def compare(z, c, **kw):
+    if isinstance(z, (tuple, list)):
+        assert len(z) == len(c)
+        for a, b in zip(z, c):
+            compare(a, b, **kw)
+        return
+    if isinstance(c, torch.Tensor):
+        opts = dict(tol(c.dtype), equal_nan=True)
+        opts.update(kw)
+        assert_close(z, c, **opts)
+    else:
+        assert z == c or (isinstance(c, float) and math.isclose(z, c, rel_tol=1e-5, abs_tol=1e-6))
+
+
+def check(fn, *args, native=True, mutates=(), **kw):
+    """fn(*args) on CPU and on zyx agree; inputs at positions ``mutates`` agree afterwards too."""
+    cpu_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    zyx_args = [to_zyx(a) for a in args]
+    torch_zyx.synchronize()
+    torch_zyx.reset_counters()
+    try:
+        expected = fn(*cpu_args)
+    except Exception as error:  # noqa: BLE001  (any error: an invalid combination: zyx must reject it the same way)
+        with pytest.raises(type(error)):
+            fn(*zyx_args)
+        return
+    got = fn(*zyx_args)
+    compare(got, expected, **kw)
+    for i in mutates:
+        compare(zyx_args[i], cpu_args[i], **kw)
+    if native:
+        assert torch_zyx.counters()["cpu_fallbacks"] == 0, "op fell back to the CPU"
+
+
+# ---------------------------------------------------------------------------- elementwise unary
+
+UNARY_FLOAT = ["exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
+               "sigmoid", "erf", "reciprocal"]
+UNARY_ANY = ["abs", "neg", "relu", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf", "logical_not"]
+NEEDS_POSITIVE = {"log", "log2", "sqrt", "rsqrt"}
+
+
+def _unary_dtypes(name):
+    if name in ("neg",):
+        return FLOATS + INTS
+    if name in ("abs", "relu", "floor", "ceil", "round", "trunc", "sign"):
+        return FLOATS + [torch.int32, torch.int64, torch.int8, torch.uint8]
+    if name in UNARY_FLOAT:
+        return FLOATS + [torch.int32, torch.int64, torch.bool]
+    return ALL
+
+
+@pytest.mark.parametrize("name", UNARY_FLOAT + UNARY_ANY)
+def test_unary(name):
+    for dtype in _unary_dtypes(name):
+        x = make((3, 5), dtype, positive=name in NEEDS_POSITIVE)
+        if dtype.is_floating_point and name in ("isnan", "isinf", "abs", "sign", "floor", "relu"):
+            x[0, 0], x[0, 1], x[1, 0] = float("nan"), float("inf"), -float("inf")
+        if name == "round" and dtype.is_floating_point:
+            x[0, :4] = torch.tensor([0.5, 1.5, 2.5, -0.5])
+        check(getattr(torch, name), x)
+
+
+@pytest.mark.parametrize("name", ["abs", "neg", "exp", "sqrt", "sigmoid", "floor", "sign", "relu", "tanh"])
+def test_unary_inplace_and_out(name):
+    x = make((4, 3), torch.float32, positive=True)
+    check(lambda t: getattr(t, name + "_")(), x, mutates=(0,))
+    if name != "relu":
+        check(lambda t, o: (getattr(torch, name)(t, out=o), o)[1], x, torch.empty(4, 3), mutates=(1,))
+    # An in-place op on a view writes through to the base.
+    check(lambda t: (getattr(t[1:, ::2], name + "_")(), t)[1], x, mutates=(0,))
+
+
+def test_bitwise_not():
+    for dtype in INTS + [torch.bool]:
+        check(torch.bitwise_not, make((7,), dtype))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate):
+    for dtype in FLOATS:
+        check(lambda t: torch.nn.functional.gelu(t, approximate=approximate), make((4, 6), dtype))
+
+
+def test_silu():
+    for dtype in FLOATS:
+        check(torch.nn.functional.silu, make((4, 6), dtype))
+    check(lambda t: torch.nn.functional.silu(t, inplace=True), make((5,), torch.float32), mutates=(0,))
+
+
+def test_unary_int_to_float_promotion():
+    check(torch.exp, make((5,), torch.int64))
+    check(torch.sqrt, make((5,), torch.uint8))
+    check(torch.sigmoid, make((5,), torch.bool))
+
+
+# ---------------------------------------------------------------------------- elementwise binary
+
+PAIRS = [(torch.float32, torch.float32), (torch.float64, torch.float32), (torch.float16, torch.float16),
+         (torch.bfloat16, torch.float32), (torch.int32, torch.int64), (torch.int8, torch.uint8),
+         (torch.uint8, torch.uint8), (torch.int64, torch.float32), (torch.bool, torch.int32),
+         (torch.float16, torch.bfloat16)]
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"])
+def test_binary_promotion(name):
+    for da, db in PAIRS:
+        a, b = make((3, 4), da, seed=1), make((4,), db, seed=2)
+        check(getattr(torch, name), a, b)
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "maximum", "eq", "lt", "remainder", "pow",
+                                  "floor_divide", "fmod", "atan2"])
+def test_binary_scalars_and_0d(name):
+    for dtype in [torch.float32, torch.int64, torch.int32, torch.float16, torch.uint8]:
+        a = make((2, 3), dtype, seed=3, positive=True)
+        if name == "atan2" and not dtype.is_floating_point:
+            continue
+        for other in (2, 2.5, torch.tensor(3), torch.tensor(1.5), torch.tensor(2, dtype=torch.int8)):
+            if name == "sub" and dtype == torch.bool:
+                continue
+            check(getattr(torch, name), a, other)
+        if name in ("add", "sub", "mul", "div", "remainder", "pow", "maximum"):
+            b = make((), torch.float64, seed=5, positive=True)
+            check(getattr(torch, name), a, b)
+
+
+def test_add_sub_alpha():
+    a, b = make((3, 4), torch.float32, seed=1), make((3, 4), torch.float32, seed=2)
+    check(lambda x, y: torch.add(x, y, alpha=2.5), a, b)
+    check(lambda x, y: torch.sub(x, y, alpha=-3), a, b)
+    ai, bi = make((3, 4), torch.int64, seed=1), make((3, 4), torch.int64, seed=2)
+    check(lambda x, y: torch.add(x, y, alpha=3), ai, bi)
+    check(lambda x, y: x.add_(y, alpha=2), a, b, mutates=(0,))
+    check(lambda x, y, o: (torch.sub(x, y, alpha=2, out=o), o)[1], a, b, torch.empty(3, 4), mutates=(2,))
+    check(lambda x: torch.rsub(x, 2.0), a)
+    check(lambda x, y: x.add_(y), make((3, 4), torch.bool), make((3, 4), torch.bool, seed=4), mutates=(0,))
+
+
+@pytest.mark.parametrize("mode", [None, "trunc", "floor"])
+def test_div_rounding(mode):
+    for dtype in [torch.float32, torch.float64, torch.int64, torch.int32, torch.int8, torch.float16]:
+        a = make((4, 5), dtype, seed=1, low=-9, high=9)
+        b = make((4, 5), dtype, seed=2, positive=True) * (1 - 2 * (make((4, 5), torch.bool, seed=7).to(dtype)))
+        check(lambda x, y: torch.div(x, y, rounding_mode=mode), a, b)
+        check(lambda x: torch.div(x, -3, rounding_mode=mode), a)
+    x = make((4,), torch.float32)
+    check(lambda t: t.div_(2.0, rounding_mode=mode), x, mutates=(0,))
+
+
+@pytest.mark.parametrize("name", ["floor_divide", "remainder", "fmod"])
+def test_int_division_family(name):
+    for dtype in [torch.int64, torch.int32, torch.int8, torch.float32, torch.float64]:
+        a = make((6, 4), dtype, seed=1, low=-9, high=9)
+        b = make((6, 4), dtype, seed=2, positive=True) * (1 - 2 * make((6, 4), torch.bool, seed=7).to(dtype))
+        check(getattr(torch, name), a, b)
+        check(lambda x: getattr(torch, name)(x, -4), a)
+    check(lambda x, y: getattr(x, name + "_")(y), make((5,), torch.float32), 1.5, mutates=(0,))
+
+
+def test_pow():
+    for dtype in [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32]:
+        a = make((3, 4), dtype, seed=1, low=-3, high=3)
+        b = make((3, 4), dtype, seed=2, low=0, high=4).abs()
+        check(torch.pow, a, b)
+        check(lambda x: torch.pow(x, 2), a)
+        check(lambda x: torch.pow(2, x), b)
+    check(lambda x: x.pow_(3), make((4,), torch.float32), mutates=(0,))
+    check(lambda x: torch.pow(x, 0.5), make((4,), torch.float32, positive=True))
+    check(lambda x: torch.pow(x, 2.0), make((4,), torch.int64))
+
+
+def test_atan2():
+    for dtype in [torch.float32, torch.float64, torch.int64]:
+        check(torch.atan2, make((3, 4), dtype, seed=1), make((3, 4), dtype, seed=2))
+
+
+@pytest.mark.parametrize("name", ["logical_and", "logical_or", "logical_xor"])
+def test_logical(name):
+    for dtype in [torch.bool, torch.float32, torch.int64, torch.uint8]:
+        check(getattr(torch, name), make((3, 4), dtype, seed=1, low=-1, high=1),
+              make((3, 4), dtype, seed=2, low=-1, high=1))
+    check(getattr(torch, name), make((3, 4), torch.int32, low=-1, high=1), make((4,), torch.float32, low=-1, high=1))
+
+
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
+                                  "bitwise_right_shift"])
+def test_bitwise(name):
+    dts = INTS + ([] if "shift" in name else [torch.bool])
+    for dtype in dts:
+        a = make((3, 4), dtype, seed=1, low=-20, high=20)
+        b = make((3, 4), dtype, seed=2, low=0, high=5) if "shift" in name else make((3, 4), dtype, seed=2)
+        check(getattr(torch, name), a, b)
+        check(lambda x: getattr(torch, name)(x, 2), a)
+    check(lambda x, y: x & y, make((4,), torch.int64), make((4,), torch.int32, seed=3))
+    check(lambda x: x << 3, make((4,), torch.int32))
+    check(lambda x: x >> 1, make((4,), torch.int64))
+    check(lambda x, y: x.bitwise_xor_(y), make((4,), torch.int64), make((4,), torch.int64, seed=3), mutates=(0,))
+
+
+def test_binary_inplace_and_out():
+    a, b = make((3, 4), torch.float32, seed=1), make((4,), torch.float32, seed=2)
+    for name in ["add", "sub", "mul", "div", "maximum", "minimum", "remainder", "atan2", "pow"]:
+        if hasattr(torch.Tensor, name + "_"):
+            check(lambda x, y, name=name: getattr(x, name + "_")(y), a, b, mutates=(0,))
+        check(lambda x, y, o, name=name: (getattr(torch, name)(x, y, out=o), o)[1], a, b, torch.empty(3, 4),
+              mutates=(2,))
+    check(lambda x, y, o: (torch.lt(x, y, out=o), o)[1], a, b, torch.empty(3, 4, dtype=torch.bool), mutates=(2,))
+    # In-place on an int tensor with a float result is an error on CPU as well.
+    ai = make((3,), torch.int64)
+    with pytest.raises(RuntimeError):
+        ai.to("zyx").div_(2)
+    with pytest.raises(RuntimeError):
+        ai.add_(torch.randn(3))  # the CPU reference raises too
+    # In-place promotion that fits: int tensor += int32 tensor, float16 += float32.
+    check(lambda x, y: x.add_(y), make((3,), torch.int64), make((3,), torch.int32), mutates=(0,))
+    check(lambda x, y: x.mul_(y), make((3,), torch.float16), make((3,), torch.float32), mutates=(0,))
+    # out= of a different (castable) dtype, and an empty out= that gets resized.
+    check(lambda x, y, o: (torch.add(x, y, out=o), o)[1], a, b, torch.empty(3, 4, dtype=torch.float64),
+          mutates=(2,))
+    check(lambda x, y, o: (torch.mul(x, y, out=o), o)[1], a, b, torch.empty(0), mutates=(2,))
+
+
+# ---------------------------------------------------------------------------- where/clamp/lerp/addc*
+
+
+def test_where():
+    cond = make((3, 4), torch.bool)
+    for dtype in [torch.float32, torch.int64, torch.float16, torch.bool, torch.uint8]:
+        check(torch.where, cond, make((3, 4), dtype, seed=1), make((4,), dtype, seed=2))
+    check(lambda c, x: torch.where(c, x, 0.5), cond, make((3, 4), torch.float32))
+    check(lambda c, x: torch.where(c, 2, x), cond, make((3, 4), torch.int32))
+    check(lambda c, x, y: torch.where(c, x, y), cond, make((3, 4), torch.int32), make((3, 4), torch.float64))
+    check(lambda c: torch.where(c, 1.0, 0.0), cond)
+    check(lambda c, x: x.masked_fill(c, -1), cond, make((3, 4), torch.float32))
+
+
+def test_clamp():
+    for dtype in [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8, torch.float16]:
+        x = make((4, 5), dtype, low=-6, high=6)
+        check(lambda t: torch.clamp(t, -2, 3), x)
+        check(lambda t: torch.clamp(t, min=1), x)
+        check(lambda t: torch.clamp(t, max=2), x)
+        check(lambda t: t.clamp_(0, 2), x, mutates=(0,))
+    x = make((4, 5), torch.float32)
+    x[0, 0] = float("nan")
+    check(lambda t, lo, hi: torch.clamp(t, lo, hi), x, make((5,), torch.float32, seed=1, high=-1),
+          make((4, 1), torch.float32, seed=2, low=1))
+    check(lambda t: torch.clamp(t, 0.5, 1.5), make((4,), torch.int64))
+    check(lambda t, o: (torch.clamp(t, -1, 1, out=o), o)[1], x, torch.empty(4, 5), mutates=(1,))
+    check(lambda t: torch.clamp_min(t, 0.0), x)
+    check(lambda t: torch.clamp_max(t, 0.0), x)
+
+
+def test_lerp_addcmul_addcdiv():
+    for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
+        a, b, w = make((3, 4), dtype, seed=1), make((3, 4), dtype, seed=2), make((4,), dtype, seed=3, low=0, high=1)
+        check(torch.lerp, a, b, w)
+        check(lambda x, y: torch.lerp(x, y, 0.3), a, b)
+        check(lambda x, y, z: torch.addcmul(x, y, z, value=0.5), a, b, w)
+        check(lambda x, y, z: torch.addcdiv(x, y, z, value=-2), a, b, w.abs() + 0.5)
+    a, b, w = make((3, 4), torch.float32, seed=1), make((3, 4), torch.float32, seed=2), make((4,), torch.float32)
+    check(lambda x, y, z: x.lerp_(y, z), a, b, w, mutates=(0,))
+    check(lambda x, y, z: x.addcmul_(y, z, value=2), a, b, w, mutates=(0,))
+    check(lambda x, y, z: x.addcdiv_(y, z), a, b, w.abs() + 1, mutates=(0,))
+    check(lambda x, y, z, o: (torch.addcmul(x, y, z, out=o), o)[1], a, b, w, torch.empty(3, 4), mutates=(3,))
+    check(lambda x, y, z: torch.addcmul(x, y, z, value=2), make((3,), torch.int64), make((3,), torch.int64),
+          make((3,), torch.int64))
+
+
+# ---------------------------------------------------------------------------- reductions
+
+DIMS = [None, 0, 1, -1, (0, 2), (1, 2), ()]
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std", "any", "all"])
+def test_reduce_dims(name):
+    x = make((3, 4, 5), torch.float32, low=-1.5, high=1.5)
+    fn = getattr(torch, name)
+    for dim in DIMS:
+        for keepdim in (False, True):
+            if dim is None:
+                if name in ("amax", "amin", "logsumexp"):
+                    continue
+                if keepdim:
+                    continue
+                check(fn, x)
+                continue
+            if dim == () and name in ("logsumexp", "prod", "any", "all"):
+                continue
+            if isinstance(dim, tuple) and name in ("prod",):
+                continue
+            check(lambda t, dim=dim, keepdim=keepdim: fn(t, dim, keepdim=keepdim), x)
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_reduce_dtypes(dtype):
+    x = make((4, 6), dtype, low=-3, high=3)
+    check(torch.sum, x)
+    check(lambda t: t.sum(1), x)
+    check(lambda t: t.sum(0, dtype=torch.float64), x)
+    check(lambda t: t.prod(1), x if dtype == torch.bool else make((4, 6), dtype, low=-2, high=2))
+    check(torch.any, x)
+    check(lambda t: t.all(1), x)
+    check(lambda t: t.cumsum(1), x)
+    if dtype != torch.bool:
+        check(lambda t: t.amax(1), x)
+        check(lambda t: t.amin(0), x)
+        check(lambda t: t.max(1), x)
+        check(lambda t: t.min(0, keepdim=True), x)
+        check(lambda t: t.argmax(), x)
+        check(lambda t: t.argmin(1, keepdim=True), x)
+        check(torch.max, x)
+        check(torch.min, x)
+    if dtype.is_floating_point:
+        check(lambda t: t.mean(1), x)
+        check(lambda t: t.var(0), x)
+        check(lambda t: t.std(1, correction=0), x)
+        check(lambda t: torch.var_mean(t, 1), x)
+        check(lambda t: torch.std_mean(t, (0, 1)), x)
+        check(lambda t: t.logsumexp(1), x)
+    else:
+        with pytest.raises(RuntimeError):
+            x.to("zyx").mean()
+
+
+def test_max_min_indices_and_nan():
+    x = make((4, 5), torch.float32)
+    x[1, 2] = float("nan")
+    x[2] = 1.0  # ties: the first index wins
+    for fn in (lambda t: t.max(1), lambda t: t.min(0), lambda t: t.argmax(1), lambda t: t.argmin(0),
+               lambda t: t.amax(1), torch.max, lambda t: t.max(-1, keepdim=True)):
+        check(fn, x)
+    check(lambda t: torch.max(t, 1).indices, x)
+    check(lambda t: torch.max(t, dim=0)[0], make((3,), torch.int64))
+
+
+def test_softmax_cumsum_out():
+    x = make((3, 4, 5), torch.float32)
+    for dim in (0, 1, -1):
+        check(lambda t, dim=dim: torch.softmax(t, dim), x)
+        check(lambda t, dim=dim: torch.log_softmax(t, dim), x)
+        check(lambda t, dim=dim: torch.cumsum(t, dim), x)
+    check(lambda t: torch.softmax(t, -1, dtype=torch.float64), x)
+    check(lambda t: torch.softmax(t, 0), make((6,), torch.float16))
+    check(lambda t: torch.softmax(t, 1), make((2, 6), torch.bfloat16))
+    y = make((2, 5), torch.float32)
+    y[0, 1] = -float("inf")
+    check(lambda t: torch.softmax(t, 1), y)
+    check(lambda t: torch.cumsum(t, 0, dtype=torch.float64), make((5,), torch.int32))
+    check(lambda t, o: (torch.sum(t, 1, out=o), o)[1], x, torch.empty(3, 5), mutates=(1,))
+    check(lambda t: t.cumsum_(1), make((3, 4), torch.float32), mutates=(0,))
+    check(lambda t: t.sum(), make((0, 3), torch.float32))
+    check(lambda t: t.sum(), make((), torch.float32))
+    check(lambda t: t.mean(0), make((0, 3), torch.float32))
+
+
+# ---------------------------------------------------------------------------- movement
+
+
+def test_views():
+    x = make((2, 3, 4), torch.float32)
+    fns = [lambda t: t.view(6, 4), lambda t: t.view(-1), lambda t: t.reshape(4, 6), lambda t: t.permute(2, 0, 1),
+           lambda t: t.transpose(0, 2), lambda t: t[0].t(), lambda t: t[:, :1].expand(2, 5, 4),
+           lambda t: t.unsqueeze(1).squeeze(), lambda t: t[:, :1].squeeze(1), lambda t: t.flatten(),
+           lambda t: t.flatten(1), lambda t: t[:, ::2, 1::2], lambda t: t[..., -1], lambda t: t.select(1, 2),
+           lambda t: t.narrow(2, 1, 2), lambda t: t.split(2, 2), lambda t: t.split([1, 2], 1),
+           lambda t: t.chunk(3, 1), lambda t: t.unbind(0), lambda t: t.as_strided((3, 2), (2, 5), 1),
+           lambda t: t.transpose(0, 1).contiguous(), lambda t: t.permute(2, 1, 0).clone(),
+           lambda t: t.transpose(1, 2).reshape(2, 12), lambda t: t.unsqueeze(-1).expand(2, 3, 4, 2),
+           lambda t: t[None, :, None], lambda t: t.movedim(0, -1), lambda t: t.unflatten(2, (2, 2)),
+           lambda t: t.diagonal(0, 1, 2), lambda t: t.t() if t.dim() == 2 else t.mT]
+    for fn in fns:
+        check(fn, x)
+    for dtype in (torch.int64, torch.bool, torch.float16, torch.uint8):
+        check(lambda t: t.permute(1, 0, 2)[:, 1:, ::3].reshape(-1), make((2, 3, 4), dtype))
+
+
+def test_view_mutation_semantics():
+    # Writes through views reach the base and other views; earlier results keep their values.
+    def fn(t):
+        v = t[1]
+        y = t * 2
+        v.add_(10)
+        t[:, 0] = -1
+        w = t.transpose(0, 1)
+        w[2].mul_(3)
+        return t, v, y, w
+    check(fn, make((3, 4), torch.float32))
+    check(lambda t: (t.view(-1)[::2].zero_(), t)[1], make((3, 4), torch.int64), mutates=(0,))
+    check(lambda t: (t.unsqueeze(0).fill_(5), t)[1], make((3,), torch.float32), mutates=(0,))
+
+
+def test_cat_stack_flip_roll_pad():
+    a, b = make((2, 3), torch.float32, seed=1), make((4, 3), torch.float32, seed=2)
+    check(lambda x, y: torch.cat([x, y]), a, b)
+    check(lambda x, y: torch.cat([x.t(), y.t()], 1), a, b)
+    check(lambda x, y: torch.cat([x, y.to(torch.float64)]), a, b)
+    check(lambda x: torch.cat([x, torch.empty(0).to(x.device)]), a)
+    check(lambda x, y: torch.stack([x, y[:2]], 1), a, b)
+    check(lambda x, y: torch.stack([x, y[1:3]], -1), a, b)
+    check(lambda x, o: (torch.cat([x, x], out=o), o)[1], a, torch.empty(4, 3), mutates=(1,))
+    check(lambda x: torch.cat([x, x], 0), make((2, 3), torch.bool))
+    x = make((3, 4, 5), torch.float32)
+    check(lambda t: t.flip(0), x)
+    check(lambda t: t.flip(-1, 1), x)
+    check(lambda t: t.roll(2, 1), x)
+    check(lambda t: t.roll((1, -2), (0, 2)), x)
+    check(lambda t: t.roll(3), x)
+    check(lambda t: torch.nn.functional.pad(t, (1, 2)), x)
+    check(lambda t: torch.nn.functional.pad(t, (1, 0, 0, 2), value=3.5), x)
+    check(lambda t: torch.nn.functional.pad(t, (-1, 1, 2, -1)), x)
+    check(lambda t: torch.nn.functional.pad(t, (1, 1), value=7), make((2, 3), torch.int64))
+
+
+# ---------------------------------------------------------------------------- matmul
+
+
+def test_matmul_family():
+    for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
+        a, b = make((3, 5), dtype, seed=1), make((5, 4), dtype, seed=2)
+        check(torch.mm, a, b)
+        check(torch.matmul, a, b)
+        check(lambda x, y: x @ y, a, b)
+        check(lambda x, y, z: torch.addmm(z, x, y, beta=0.5, alpha=2), a, b, make((4,), dtype, seed=3))
+        check(lambda x, w, bias: torch.nn.functional.linear(x, w, bias), a, b.t(), make((4,), dtype, seed=3))
+    a3, b3 = make((2, 3, 5), torch.float32, seed=1), make((2, 5, 4), torch.float32, seed=2)
+    check(torch.bmm, a3, b3)
+    check(lambda x, y, z: torch.baddbmm(z, x, y, alpha=0.5), a3, b3, make((2, 3, 4), torch.float32))
+    check(torch.matmul, a3, make((5, 4), torch.float32))
+    check(torch.matmul, make((5,), torch.float32), make((5, 4), torch.float32))
+    check(torch.matmul, make((3, 5), torch.float32), make((5,), torch.float32))
+    check(torch.matmul, make((5,), torch.float32), make((5,), torch.float32))
+    check(torch.matmul, make((2, 1, 3, 5), torch.float32), make((4, 5, 2), torch.float32))
+    check(torch.mm, make((3, 5), torch.int64), make((5, 2), torch.int64))
+    check(lambda x, y, o: (torch.mm(x, y, out=o), o)[1], make((3, 5), torch.float32), make((5, 2), torch.float32),
+          torch.empty(3, 2), mutates=(2,))
+    check(lambda x, y: x.t() @ y.t(), make((5, 3), torch.float32), make((4, 5), torch.float32))
+
+
+# ---------------------------------------------------------------------------- indexing
+
+
+def test_index_select_gather_scatter():
+    x = make((4, 5), torch.float32)
+    idx = torch.tensor([3, 0, 0, 2])
+    check(lambda t, i: t.index_select(0, i), x, idx)
+    check(lambda t, i: t.index_select(1, i), x, idx)
+    check(lambda t, i: t.index_select(1, i), make((4, 5), torch.int64), idx.to(torch.int32))
+    gi = torch.tensor([[0, 1, 4], [2, 2, 0]])
+    check(lambda t, i: t.gather(1, i), x, gi)
+    check(lambda t, i: t.gather(0, i), x, torch.tensor([[0, 1, 3], [2, 2, 0]]))
+    src = make((2, 3), torch.float32, seed=4)
+    check(lambda t, i, s: t.scatter(1, i, s), x, torch.tensor([[0, 1, 4], [2, 3, 0]]), src)
+    check(lambda t, i: t.scatter(0, i, 9.0), x, torch.tensor([[0, 1, 3], [2, 2, 0]]))
+    check(lambda t, i, s: t.scatter_add(1, i, s), x, gi, src)
+    check(lambda t, i, s: t.scatter_add_(0, i, s), x, torch.tensor([[0, 1, 3], [0, 1, 3]]), src, mutates=(0,))
+    check(lambda t, i, s: t.scatter_(1, i, s), x, torch.tensor([[0, 1, 4], [2, 3, 0]]), src, mutates=(0,))
+
+
+def test_masked_fill_and_index():
+    x = make((4, 5), torch.float32)
+    mask = make((4, 5), torch.bool, seed=3)
+    check(lambda t, m: t.masked_fill(m, 2.5), x, mask)
+    check(lambda t, m: t.masked_fill(m[0], -1), x, mask)
+    check(lambda t, m: t.masked_fill_(m, 0), x, mask, mutates=(0,))
+    check(lambda t, m: t.masked_fill(m, torch.tensor(7.0)), x, mask)
+    idx = torch.tensor([2, 0, -1])
+    check(lambda t, i: t[i], x, idx)
+    check(lambda t, i: t[i.view(3, 1)], x, idx)
+    check(lambda t, i: t[1:, i], x, idx)
+    check(lambda t, i: t[:, i], x, idx)
+    check(lambda t, i, j: t[i, j], x, idx, torch.tensor([4, 1, 0]))
+    check(lambda t, m: (t.__setitem__(m, 3.0), t)[1], x, mask, mutates=(0,))
+    check(lambda t, i: t.index_put_((i,), torch.tensor(1.5)), x, idx, mutates=(0,))
+    check(lambda t, i, v: t.index_put_((i,), v, accumulate=True), x, torch.tensor([1, 1, 3]),
+          make((3, 5), torch.float32), mutates=(0,))
+    check(lambda t, i: (t.__setitem__(i, 0.0), t)[1], x, idx, mutates=(0,))
+
+
+def test_bool_mask_read():
+    x = make((4, 5), torch.float32)
+    mask = make((4, 5), torch.bool, seed=3)
+    check(lambda t, m: t[m], x, mask)
+    check(lambda t, m: t[m[:, 0]], x, mask)
+
+
+# ---------------------------------------------------------------------------- nn.functional
+
+F = torch.nn.functional
+
+
+def test_nn_functional():
+    x = make((4, 6), torch.float32)
+    w, bias = make((3, 6), torch.float32, seed=1), make((3,), torch.float32, seed=2)
+    check(F.linear, x, w, bias)
+    check(F.linear, x, w)
+    check(F.relu, x)
+    check(lambda t: F.relu(t, inplace=True), x, mutates=(0,))
+    check(F.gelu, x)
+    check(F.silu, x)
+    check(lambda t: F.softmax(t, -1), x)
+    check(lambda t: F.log_softmax(t, 0), x)
+    check(lambda t, ww, bb: F.layer_norm(t, (6,), ww, bb), x, make((6,), torch.float32), make((6,), torch.float32))
+    check(lambda t: F.layer_norm(t, (4, 6)), x)
+    check(lambda t: F.layer_norm(t, (6,)), make((2, 6), torch.bfloat16))
+    emb = make((10, 4), torch.float32)
+    check(F.embedding, torch.tensor([[1, 9], [0, 1]]), emb)
+    target = make((4, 6), torch.float32, seed=5)
+    for reduction in ("mean", "sum", "none"):
+        check(lambda a, b, r=reduction: F.mse_loss(a, b, reduction=r), x, target)
+    labels = torch.tensor([0, 5, 2, 2])
+    check(F.cross_entropy, x, labels)
+    check(lambda a, y: F.cross_entropy(a, y, reduction="sum"), x, labels)
+    check(lambda a, y: F.cross_entropy(a, y, label_smoothing=0.1), x, labels)
+    check(lambda a, y: F.nll_loss(F.log_softmax(a, 1), y), x, labels)
+    check(lambda a, y: F.nll_loss(a, y, reduction="none"), x, labels)
+    check(lambda a, y: F.nll_loss(a, y, ignore_index=2), x, labels)
+
+
+def test_dropout():
+    x = make((8, 16), torch.float32, positive=True)
+    check(lambda t: F.dropout(t, p=0.0), x)
+    check(lambda t: F.dropout(t, p=0.5, training=False), x)
+    torch_zyx.reset_counters()
+    z = x.to("zyx")
+    y = F.dropout(z, p=0.5)
+    assert y.shape == z.shape and y.device.type == "zyx"
+    out = y.cpu()
+    kept = out != 0
+    assert torch.allclose(out[kept], x[kept] * 2)
+    assert 0.2 < kept.float().mean().item() < 0.8
+    assert torch_zyx.counters()["cpu_fallbacks"] == 0
+    m = torch.nn.Dropout(0.3).eval()
+    check(m, x)
+
+
+# ---------------------------------------------------------------------------- factories and conversions
+
+
+def test_factories():
+    torch_zyx.reset_counters()
+    d = "zyx"
+    cases = [
+        (torch.zeros(2, 3, device=d), torch.zeros(2, 3)),
+        (torch.ones(4, dtype=torch.int32, device=d), torch.ones(4, dtype=torch.int32)),
+        (torch.full((2, 2), 3.5, device=d), torch.full((2, 2), 3.5)),
+        (torch.full((2,), 7, device=d), torch.full((2,), 7)),
+        (torch.full((2,), True, device=d), torch.full((2,), True)),
+        (torch.arange(5, device=d), torch.arange(5)),
+        (torch.arange(1, 4, 0.5, device=d), torch.arange(1, 4, 0.5)),
+        (torch.arange(10, 0, -3, device=d), torch.arange(10, 0, -3)),
+        (torch.linspace(0, 1, 7, device=d), torch.linspace(0, 1, 7)),
+        (torch.linspace(-2, 5, 1, device=d), torch.linspace(-2, 5, 1)),
+        (torch.eye(3, device=d), torch.eye(3)),
+        (torch.eye(2, 4, dtype=torch.int64, device=d), torch.eye(2, 4, dtype=torch.int64)),
+    ]
+    for z, c in cases:
+        compare(z, c)
+    e = torch.empty(3, 4, device=d)
+    assert e.shape == (3, 4) and e.dtype == torch.float32 and e.device.type == "zyx"
+    x = make((2, 3), torch.float32).to(d)
+    for fn in (torch.zeros_like, torch.ones_like, lambda t: torch.full_like(t, 2), torch.empty_like):
+        y = fn(x)
+        assert y.shape == x.shape and y.device == x.device and y.dtype == x.dtype
+    compare(torch.ones_like(x, dtype=torch.int64), torch.ones(2, 3, dtype=torch.int64))
+    torch.manual_seed(0)
+    r = torch.rand(200, device=d).cpu()
+    assert r.min() >= 0 and r.max() < 1 and 0.35 < r.mean() < 0.65
+    n = torch.randn(400, device=d).cpu()
+    assert abs(n.mean()) < 0.25 and 0.75 < n.std() < 1.25
+    ri = torch.randint(3, 9, (300,), device=d).cpu()
+    assert ri.dtype == torch.int64 and ri.min() >= 3 and ri.max() <= 8 and len(ri.unique()) == 6
+    assert torch.rand_like(x).shape == x.shape and torch.randn_like(x).device.type == "zyx"
+    assert torch.randint_like(x, 10).dtype == torch.float32
+    assert torch_zyx.counters()["cpu_fallbacks"] == 0
+
+
+def test_item_tolist_to():
+    x = make((2, 3), torch.float32)
+    z = x.to("zyx")
+    assert z.sum().item() == pytest.approx(x.sum().item(), rel=1e-5)
+    assert z[1, 2].item() == x[1, 2].item()
+    assert z.tolist() == x.tolist()
+    assert torch.arange(4, device="zyx").tolist() == [0, 1, 2, 3]
+    assert isinstance(torch.tensor(3, device="zyx").item(), int)
+    assert torch.tensor(True, device="zyx").item() is True
+    for dtype in ALL:
+        check(lambda t, dtype=dtype: t.to(dtype), x * 3)
+        check(lambda t: t.to(torch.float32), make((5,), dtype))
+    check(lambda t: t.double().half().int().long().bool(), x)
+    check(lambda t: t.to(torch.uint8), torch.tensor([0.0, 1.7, 200.2, 255.0]))
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+ERROR_CASES = [
+    lambda a, b: a + b[:2],
+    lambda a, b: a @ b,
+    lambda a, b: torch.mm(a, b[0]),
+    lambda a, b: torch.cat([a, b.t()], 0),
+    lambda a, b: a.view(5),
+    lambda a, b: a.reshape(7),
+    lambda a, b: a.sum(3),
+    lambda a, b: a.permute(0),
+    lambda a, b: a.long().add_(b),
+    lambda a, b: a.bool().sub(b.bool()),
+    lambda a, b: torch.bitwise_and(a, b),
+    lambda a, b: a.expand(5, 4),
+    lambda a, b: a.transpose(0, 3),
+    lambda a, b: torch.stack([a, b[:2]]),
+    lambda a, b: a.mean(dtype=torch.int64),
+    lambda a, b: a.long().mean(),
+    lambda a, b: a.gather(0, b.long()[:1, :1].expand(5, 5)),
+    lambda a, b: a.index_select(0, torch.tensor([0.5]).to(a.device)),
+    lambda a, b: torch.mm(a, b.double()),
+    lambda a, b: a.masked_fill(b, 1.0),
+    lambda a, b: a.split(0, 0),
+]
+
+
+@pytest.mark.parametrize("index", range(len(ERROR_CASES)))
+def test_errors_match_cpu(index):
+    fn = ERROR_CASES[index]
+    a, b = make((3, 4), torch.float32, seed=1), make((3, 4), torch.float32, seed=2)
+    with pytest.raises(Exception) as cpu_error:
+        fn(a, b)
+    with pytest.raises(cpu_error.type):
+        fn(a.to("zyx"), b.to("zyx"))
