@@ -532,6 +532,26 @@ def test_bool_mask_read():
     check(lambda t, m: t[m[:, 0]], x, mask)
 
 
+def test_advanced_indexing():
+    x = make((3, 4, 5), torch.float32)
+    i, j = torch.tensor([2, 0, 1, 2]), torch.tensor([[1], [3]])
+    mask = make((3, 4), torch.bool, seed=3)
+    reads = [lambda t: t[i, j], lambda t: t[:, j, i], lambda t: t[i, :, j], lambda t: t[..., i],
+             lambda t: t[None, i], lambda t: t[1, :, i], lambda t: t[mask], lambda t: t[:, mask[0]],
+             lambda t: t[mask, 2], lambda t: t[i.to(torch.int32)], lambda t: t[torch.tensor([], dtype=torch.long)]]
+    for fn in reads:
+        check(fn, x)
+    writes = [lambda t: t.__setitem__((i, j), 7.0), lambda t: t.__setitem__((slice(None), j, i), -1.0),
+              lambda t: t.__setitem__(mask, torch.arange(5.0)), lambda t: t.__setitem__(mask, 0.5),
+              lambda t: t.index_put_((i, j), torch.ones(2, 4, 5), accumulate=True),
+              lambda t: t.__setitem__((i[:2], slice(1, 3)), torch.zeros(2, 2, 5))]
+    for fn in writes:
+        check(lambda t, fn=fn: (fn(t), t)[1], x)
+    check(lambda t: torch.nonzero(t), make((3, 4), torch.bool))
+    check(lambda t: t.nonzero(as_tuple=True), make((5,), torch.int64, low=-1, high=1))
+    check(lambda t: t[t > 0], make((6,), torch.float32))
+
+
 # ---------------------------------------------------------------------------- nn.functional
 
 F = torch.nn.functional
@@ -619,7 +639,8 @@ def test_factories():
     ri = torch.randint(3, 9, (300,), device=d).cpu()
     assert ri.dtype == torch.int64 and ri.min() >= 3 and ri.max() <= 8 and len(ri.unique()) == 6
     assert torch.rand_like(x).shape == x.shape and torch.randn_like(x).device.type == "zyx"
-    assert torch.randint_like(x, 10).dtype == torch.float32
+    ril = torch.randint_like(x, 10).cpu()
+    assert ril.dtype == torch.float32 and ril.min() >= 0 and ril.max() < 10 and (ril == ril.round()).all()
     assert torch_zyx.counters()["cpu_fallbacks"] == 0
 
 

@@ -370,3 +370,24 @@ def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None
             torch.int64 if isinstance(fill_value, int) else torch.get_default_dtype())
     out = empty_memory_format(size, dtype=dtype, device=device)
     return fill_(out, fill_value)
+
+
+# ------------------------------------------------------------------------------- random *_like
+
+
+@register(aten.rand_like.default, aten.rand_like.generator)
+def rand_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None):
+    return uniform_(empty_like(x, dtype=dtype, device=device, memory_format=memory_format))
+
+
+@register(aten.randn_like.default, aten.randn_like.generator)
+def randn_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None):
+    return normal_(empty_like(x, dtype=dtype, device=device, memory_format=memory_format))
+
+
+@register(aten.randint_like.default, aten.randint_like.low_dtype)
+def randint_like(x, low, high=None, *, dtype=None, layout=None, device=None, pin_memory=None,
+                 memory_format=None):
+    if high is None:  # randint_like(x, high)
+        low, high = 0, low
+    return random_(empty_like(x, dtype=dtype, device=device, memory_format=memory_format), low, high)

@@ -12,7 +12,7 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import ZyxTensor, read, wrap, zdtype
+from ..tensor import ZyxTensor, from_cpu, read, wrap, zdtype
 from .registry import aten, operand, register
 
 
@@ -151,6 +151,12 @@ def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -
     pos = g.expand(g.reshape(g.binary("add", g.iota((n,)), g.const(1, dtypes.int64, (n,))),
                              (1,) * dim + (n,) + (1,) * (nd - dim - 1) + (1,)), wide)
     hit = g.binary("eq", idx_w, pos)
+    if not reduce_add:
+        # Several entries writing one element: the last one wins (as PyTorch's CPU kernels),
+        # so keep only the hit with the largest entry number.
+        k = g.expand(g.reshape(g.iota((m,)), (1,) * nd + (m,)), wide)
+        last = g.reduce("max", g.where(hit, k, g.const(-1, dtypes.int64, wide)), (nd,))
+        hit = g.binary("and", hit, g.binary("eq", k, g.expand(last, wide)))
     if x.dtype == dtypes.bool_:
         picked = g.reduce("max", g.binary("and", hit, src_w), (nd,))
         any_hit = g.reduce("max", hit, (nd,))
@@ -194,6 +200,12 @@ def scatter_add(x, dim, index, src):
     return _scatter(x, dim, index, src, reduce_add=True)
 
 
+def _on_device(indices, device) -> list:
+    """Host index tensors (``x[cpu_idx]``: PyTorch does not move them for us) transferred."""
+    return [wrap(from_cpu(i, device), device) if isinstance(i, torch.Tensor) and not isinstance(i, ZyxTensor)
+            else i for i in indices]
+
+
 def _as_long_indices(indices) -> list:
     """Indices with every bool mask replaced by the long index tensors of its true positions."""
     out = []
@@ -211,7 +223,7 @@ def _advanced(x, indices):
     Returns (node with the indexed dims flattened into axis 0 and the others after it in
     order, flat index node of the broadcast index shape B, B, rest dims, where B goes in the
     result: 0 or the first indexed dim when the indexed dims are adjacent)."""
-    indices = _as_long_indices(indices)
+    indices = _as_long_indices(_on_device(indices, x._storage.device))
     if len(indices) > x.dim():
         raise IndexError(f"too many indices for tensor of dimension {x.dim()} (got {len(indices)})")
     indexed = [d for d, idx in enumerate(indices) if idx is not None]
@@ -251,7 +263,7 @@ def _place(nb: int, nrest: int, position: int) -> tuple[int, ...]:
 
 @register(aten.index.Tensor)
 def index(x, indices):
-    indices = list(indices)
+    indices = _on_device(indices, x._storage.device)
     if not any(i is not None for i in indices):
         return wrap(read(x), x._storage.device)
     node, flat, shape, rest, position = _advanced(x, indices)
@@ -267,8 +279,14 @@ def index(x, indices):
 
 @register(aten.index_put.default)
 def index_put(x, indices, values, accumulate=False):
-    indices = list(indices)
-    vnode = operand(values, x.dtype) if not isinstance(values, ZyxTensor) else g.cast(read(values), zdtype(x.dtype))
+    indices = _on_device(indices, x._storage.device)
+    if isinstance(values, ZyxTensor):
+        vnode = g.cast(read(values), zdtype(x.dtype))
+    elif isinstance(values, torch.Tensor) and values.numel() != 1:
+        # ``x[mask] = cpu_tensor`` reaches us with the values still on the host: a transfer.
+        vnode = g.cast(from_cpu(values, x._storage.device), zdtype(x.dtype))
+    else:
+        vnode = operand(values, x.dtype)
     if len(indices) == 1 and indices[0] is not None and indices[0].dtype == torch.bool \
             and tuple(indices[0].shape) == tuple(x.shape) and vnode.numel == 1:
         # A full-shape mask with one value: an elementwise select, no data-dependent shape.
