@@ -48,8 +48,9 @@ def _functional_of(func):
     if packet is None:
         return None
     wanted = [a.name for a in schema.arguments if not a.is_out]
-    if base != name:  # in-place: same arguments
-        candidates = [func._overloadname]
+    if base != name:  # in-place: same arguments, usually the same overload name
+        # (not always: floor_divide_.Tensor computes floor_divide.default)
+        candidates = [func._overloadname] + packet.overloads()
     else:
         candidates = packet.overloads()
     for overload in candidates:
