@@ -6,9 +6,20 @@ Registered by ``torch_zyx._register`` through PyTorch's PrivateUse1 Python-backe
 from __future__ import annotations
 
 import torch
+import torch.optim.optimizer as _optimizer
+from torch.utils import _foreach_utils
 
 from . import random
 from .realize import devices
+from .tensor import ZyxTensor
+
+# torch.optim picks its multi-tensor (foreach) path by default only for tensor types in this
+# list (DTensor registers itself the same way). zyx records every update lazily, so the foreach
+# path is the fused one here as on CUDA; its per-step scalars also travel as a buffer
+# (ops/foreach.py), which keeps the schedule cached from step to step.
+for _types in (_foreach_utils._foreach_supported_types, _optimizer._foreach_supported_types):
+    if ZyxTensor not in _types:
+        _types.append(ZyxTensor)
 
 _current = [0]
 _initialized = [False]

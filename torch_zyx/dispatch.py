@@ -4,7 +4,8 @@ Stage 1 of the flow. ``ZyxTensor.__torch_dispatch__`` lands here. Order of resol
   1. a lowering registered for the exact overload (``ops.registry.LOWERINGS``);
   2. in-place (``op_``) and ``out=`` forms of a lowered functional op: compute, then write
      into the destination's storage region (tensor.write);
-  3. a PyTorch decomposition (``torch._decomp``) into ops that are lowered;
+  3. the op's own CompositeImplicitAutograd kernel, else a PyTorch decomposition
+     (``torch._decomp``) into ops that are lowered;
   4. CPU fallback: copy inputs to CPU, run there, copy results back — counted, warned once,
      or ``NotImplementedError`` when ``ZYX_CPU_FALLBACK=0``.
 This module also registers the factory kernels that never reach the Python key.
@@ -20,8 +21,8 @@ import torch
 from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_map
 
-from .counters import bump
 from .config import CONFIG
+from .counters import bump
 from .ops import registry
 from .tensor import ZyxTensor, from_cpu, read, to_cpu, wrap, write
 
@@ -33,7 +34,7 @@ _warned: set[str] = set()
 _NO_DECOMPOSE: set = set()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _functional_of(func):
     """The functional overload computing what in-place/out ``func`` writes, or None."""
     schema = func._schema
@@ -77,8 +78,8 @@ def _assign(dst, value) -> None:
                               f"{list(value.shape)}.", UserWarning, stacklevel=4)
             dst.resize_(value.shape)
         if value.dtype != dst.dtype and not torch.can_cast(value.dtype, dst.dtype):
-            raise RuntimeError(f"result type {_dtype_name(value.dtype)} can't be cast to the desired output type "
-                               f"{_dtype_name(dst.dtype)}")
+            raise RuntimeError(f"result type {_dtype_name(value.dtype)} can't be cast to the desired "
+                               f"output type {_dtype_name(dst.dtype)}")
         write(dst, read(value))
     else:
         dst.copy_(value)
@@ -117,12 +118,23 @@ def dispatch(func, args, kwargs):
                                f"{list(result.shape)}")
         write(dst, read(result))
         return dst
+    if _has_composite(func):
+        # Composite ops (``to.dtype``, ...) normally decompose above us; some still arrive
+        # here (under no_grad, from C++ callers): their own decomposition is exact.
+        result = func.decompose(*args, **kwargs)
+        if result is not NotImplemented:
+            return result
     decomposition = decomposition_table.get(func)
     if decomposition is not None and func not in _NO_DECOMPOSE:
         result = decomposition(*args, **kwargs)
         if result is not NotImplemented:
             return result
     return cpu_fallback(func, args, kwargs)
+
+
+@functools.cache
+def _has_composite(func) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
 
 
 def cpu_fallback(func, args, kwargs):
@@ -152,9 +164,9 @@ def cpu_fallback(func, args, kwargs):
     result = func(*cpu_args, **cpu_kwargs)
     # Mutated inputs: copy their new contents back.
     for original in _tensors(args, kwargs):
-        if isinstance(original, ZyxTensor) and id(original) in cpu_of:
-            if _is_mutated(func, original, args, kwargs):
-                write(original, from_cpu(cpu_of[id(original)], device))
+        mutated = isinstance(original, ZyxTensor) and id(original) in cpu_of
+        if mutated and _is_mutated(func, original, args, kwargs):
+            write(original, from_cpu(cpu_of[id(original)], device))
 
     def back(x):
         if isinstance(x, torch.Tensor) and not isinstance(x, ZyxTensor):

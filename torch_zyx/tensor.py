@@ -9,6 +9,7 @@ replaces the value by "old value with this view's region overwritten".
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
@@ -27,6 +28,7 @@ TORCH_TO_ZYX = {
 ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
 
 _live_storages: weakref.WeakSet = weakref.WeakSet()
+_storage_seq = itertools.count()
 
 
 def supports_dtype(dtype: torch.dtype) -> bool:
@@ -44,27 +46,32 @@ def zdtype(dtype: torch.dtype) -> dtypes.DType:
 class Storage:
     """Flat contents shared by every view: a lazy ``value`` node of shape (numel,)."""
 
-    __slots__ = ("__weakref__", "device", "dtype", "numel", "value")
+    __slots__ = ("__weakref__", "device", "dtype", "numel", "seq", "value")
 
     def __init__(self, value: Node, device):
         self.value = value
         self.dtype = value.dtype
         self.numel = value.shape[0]
         self.device = device
+        self.seq = next(_storage_seq)
         _live_storages.add(self)
 
     def realize(self):
-        """The buffer holding this storage's contents (computing pending work)."""
-        from .realize import realize
+        """The buffer holding this storage's contents (computing pending work).
 
+        Every pending storage of the device is realized with it, in one graph: a training
+        step's parameters, gradients and optimizer state then become buffers at the step's
+        ``loss.item()``, so graphs never grow across steps and each step has the same shape
+        (one schedule-cache hit instead of an ever longer chain of recomputation).
+        """
         if self.value.op != "BUFFER":
-            (buffer,) = realize([self.value], self.device)
-            self.value = g.buffer(buffer, self.dtype, self.numel)
+            realize_all(self.device)
         return self.value.arg
 
 
 def pending_storages() -> list[Storage]:
-    return [s for s in list(_live_storages) if s.value.op != "BUFFER"]
+    """Storages with unrealized values, oldest first (a stable order keeps graph signatures equal)."""
+    return sorted((s for s in list(_live_storages) if s.value.op != "BUFFER"), key=lambda s: s.seq)
 
 
 # The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
@@ -207,11 +214,13 @@ def _maybe_flush() -> None:
         realize_all()
 
 
-def realize_all() -> None:
+def realize_all(device=None) -> None:
+    """Realize every pending storage (of ``device`` only, when given) together."""
     g.PendingCounter.count = 0
     by_device: dict[int, list[Storage]] = {}
     for storage in pending_storages():
-        by_device.setdefault(storage.device.index, []).append(storage)
+        if device is None or storage.device is device:
+            by_device.setdefault(storage.device.index, []).append(storage)
     from .realize import realize
 
     for storages in by_device.values():
@@ -228,6 +237,8 @@ def to_cpu(t: ZyxTensor) -> torch.Tensor:
     flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])
     if storage.numel:
         device.pool.pool_to_host(buffer.raw, flat.data_ptr(), buffer.nbytes, device.events.take([buffer.id]))
+    if t.storage_offset() == 0 and t.numel() == storage.numel and t.is_contiguous():
+        return flat.view(tuple(t.shape))  # the copy above is already private to the caller
     return flat.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset()).clone()
 
 
@@ -239,6 +250,7 @@ def from_cpu(src: torch.Tensor, device) -> Node:
     dtype = zdtype(src.dtype)
     buffer = Buffer(device, dtype, src.numel())
     if src.numel():
-        event = device.pool.host_to_pool(src.data_ptr(), buffer.nbytes, src, buffer.raw, device.events.take([buffer.id]))
+        wait = device.events.take([buffer.id])
+        event = device.pool.host_to_pool(src.data_ptr(), buffer.nbytes, src, buffer.raw, wait)
         device.events.record([buffer.id], event)
     return g.reshape(g.buffer(buffer, dtype, src.numel()), tuple(src.shape))

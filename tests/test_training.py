@@ -1,0 +1,148 @@
+"""Autograd and training on zyx: the same model, data and optimizer on zyx and on CPU torch give
+the same losses and parameters; a training loop reaches a steady state (schedule-cache hits,
+constant kernel count, flat memory). Models are kept tiny so `make test` stays fast.
+"""
+
+import copy
+import io
+
+import pytest
+import torch
+from conftest import assert_close
+from torch import nn
+
+OPTIMIZERS = {
+    "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "sgd_nesterov": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2),
+    "adam_foreach": lambda p: torch.optim.Adam(p, lr=0.01, foreach=True),
+    "adam_single": lambda p: torch.optim.Adam(p, lr=0.01, foreach=False),
+    "adamw_foreach": lambda p: torch.optim.AdamW(p, lr=0.01, foreach=True),
+    "adamw_single": lambda p: torch.optim.AdamW(p, lr=0.01, foreach=False),
+}
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def _train(model, opt_fn, data, device, steps, clip=None, set_to_none=True):
+    model = copy.deepcopy(model).to(device)
+    opt = opt_fn(model.parameters())
+    x, y = (t.to(device) for t in data)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=set_to_none)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        losses.append(loss.item())
+    return torch.tensor(losses), model, opt
+
+
+def _compare(model, opt_fn, data, steps=20, **kwargs):
+    lz, mz, oz = _train(model, opt_fn, data, "zyx", steps, **kwargs)
+    lc, mc, _ = _train(model, opt_fn, data, "cpu", steps, **kwargs)
+    torch.testing.assert_close(lz, lc, rtol=1e-4, atol=1e-6)
+    for pz, pc in zip(mz.parameters(), mc.parameters()):
+        assert pz.device.type == "zyx"
+        assert_close(pz.detach(), pc.detach(), rtol=1e-4, atol=1e-4)
+    return mz, oz
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_mlp_optimizers_match_cpu(name):
+    torch.manual_seed(0)
+    data = (torch.randn(4, 8), torch.randn(4, 4))
+    _compare(_mlp(), OPTIMIZERS[name], data, clip=1.0 if "sgd" in name else None,
+             set_to_none="single" not in name)
+
+
+def test_autograd_basics():
+    for dev in ("cpu", "zyx"):
+        torch.manual_seed(0)
+        x = torch.randn(3, 4).to(dev).requires_grad_()
+        w = torch.randn(4, 2).to(dev).requires_grad_()
+        seen = []
+
+        def hook(grad, seen=seen):
+            seen.append(grad.cpu())
+            return grad * 2
+
+        w.register_hook(hook)
+        y = (x @ w).tanh()
+        (gx,) = torch.autograd.grad(y.sum(), x, retain_graph=True)
+        y.pow(2).sum().backward(retain_graph=True)
+        y.sum().backward()  # accumulates into .grad
+        with torch.no_grad():
+            z = x * 2
+        with torch.inference_mode():
+            zi = x * 3
+        result = (gx.cpu(), x.grad.cpu(), w.grad.cpu(), torch.stack(seen), z.requires_grad, zi.requires_grad)
+        if dev == "cpu":
+            expected = result
+    for got, want in zip(result, expected):
+        if isinstance(got, torch.Tensor):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        else:
+            assert got == want
+    assert x.grad.device.type == "zyx" and w.grad.device.type == "zyx"
+
+
+def test_state_dict_roundtrip_across_devices():
+    torch.manual_seed(0)
+    data = (torch.randn(4, 8), torch.randn(4, 4))
+    _, mz, oz = _train(_mlp(), OPTIMIZERS["adam_foreach"], data, "zyx", 3)
+    buf = io.BytesIO()
+    torch.save({"model": mz.state_dict(), "opt": oz.state_dict()}, buf)
+    buf.seek(0)
+    on_zyx = torch.load(buf)
+    buf.seek(0)
+    on_cpu = torch.load(buf, map_location="cpu")
+    for key, value in mz.state_dict().items():
+        assert on_zyx["model"][key].device.type == "zyx" and on_cpu["model"][key].device.type == "cpu"
+        assert_close(on_zyx["model"][key], on_cpu["model"][key])
+        assert_close(value, on_cpu["model"][key])
+    # CPU model + optimizer continue from the zyx state exactly like the zyx ones.
+    mc = _mlp()
+    mc.load_state_dict(on_cpu["model"])
+    oc = torch.optim.Adam(mc.parameters(), lr=0.01, foreach=True)
+    oc.load_state_dict(on_cpu["opt"])
+    mz2 = _mlp().to("zyx")
+    mz2.load_state_dict(on_cpu["model"])  # CPU tensors into zyx parameters
+    oz2 = torch.optim.Adam(mz2.parameters(), lr=0.01, foreach=True)
+    oz2.load_state_dict(on_zyx["opt"])
+    x, y = data
+    for model, opt, dev in ((mc, oc, "cpu"), (mz2, oz2, "zyx")):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x.to(dev)), y.to(dev)).backward()
+        opt.step()
+    for pz, pc in zip(mz2.parameters(), mc.parameters()):
+        assert_close(pz.detach(), pc.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_steady_state_training_loop(counters):
+    """From the third step on: schedule-cache hits only, same kernels per step, flat memory."""
+    torch.manual_seed(0)
+    model = _mlp().to("zyx")
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8).to("zyx"), torch.randn(4, 4).to("zyx")
+    per_step, memory = [], []
+    for _ in range(200):
+        before = counters()
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss.item()
+        after = counters()
+        per_step.append({k: after[k] - before[k] for k in after})
+        memory.append(torch.zyx.memory_allocated())
+    steady = per_step[2:]
+    assert all(s["kernelizer_runs"] == 0 and s["schedule_cache_misses"] == 0 for s in steady)
+    assert all(s["realizations"] == 1 for s in steady)  # the whole step realizes at loss.item()
+    assert len({s["kernels_launched"] for s in steady}) == 1
+    assert all(s["cpu_fallbacks"] == 0 for s in per_step)
+    assert max(memory[100:]) <= max(memory[2:100])
