@@ -1,5 +1,5 @@
-"""OpenCL benchmark: GB/s of an elementwise chain and a softmax on the zyx OpenCL device,
-next to torch CUDA eager when CUDA is available (and CPU torch otherwise).
+"""OpenCL benchmark: GB/s of an elementwise chain, a softmax and a full sum on the zyx OpenCL
+device, next to torch CUDA eager when CUDA is available (and CPU torch otherwise).
 
 Run ``.venv/bin/python bench/bench_opencl.py [--size-mb 256] [--repeats 20]``. The zyx devices
 come from ``ZYX_BACKENDS`` (default here ``opencl,cpu``); the first OpenCL device is used.
@@ -41,6 +41,15 @@ def softmax(x):
     return torch.softmax(x, -1)
 
 
+def total(x):
+    # One long reduction to a scalar: the grouped (local-memory tree) reduce on GPUs.
+    return x.sum()
+
+
+def row_sum(x):
+    return x.sum(-1)
+
+
 def _median(fn, x, sync, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -74,12 +83,14 @@ def main() -> None:
     numel = int(args.size_mb * 2**20 // 4)
     cols = 4096
     rows = max(1, numel // cols)
-    cases = [("chain x10", chain, (rows * cols,)), ("softmax", softmax, (rows, cols))]
+    cases = [("chain x10", chain, (rows * cols,)), ("softmax", softmax, (rows, cols)),
+             ("sum", total, (rows * cols,)), ("row sum", row_sum, (rows, cols))]
     ref_name = "cuda eager" if torch.cuda.is_available() else "cpu eager"
     print(f"{'case':<12} {'shape':>16} {'zyx opencl GB/s':>16} {ref_name + ' GB/s':>16}")
     for name, fn, shape in cases:
         x = torch.randn(*shape)
-        nbytes = 2 * x.numel() * 4  # read the input once, write the output once
+        # Read the input once, write the output once (reductions write next to nothing).
+        nbytes = x.numel() * 4 + fn(x).numel() * 4
         xz = x.to(dev)
         for _ in range(3):  # compile and cache the kernels
             fn(xz).cpu()

@@ -167,3 +167,104 @@ def test_cross_device_copy():
     d = torch.empty(123, 5, device=ocl_dev)
     d.copy_(a)
     assert_close(d, x * 2)
+
+
+# Long reductions with few outputs: on OpenCL one work group per output with a local-memory
+# tree reduce (lowering's grouped reduces); on the CPU the same cases run as loops.
+@pytest.mark.parametrize("shape", [(16, 4096), (5, 1000), (3, 7, 300), (1, 257)])
+def test_grouped_row_reductions(dev, shape):
+    x = torch.randn(*shape)
+    xd = x.to(dev)
+    assert_close(xd.sum(-1), x.sum(-1), rtol=1e-4, atol=1e-3)
+    assert_close(xd.amax(-1), x.amax(-1))
+    assert_close(xd.amin(-1), x.amin(-1))
+    assert_close(xd.mean(-1), x.mean(-1), rtol=1e-4, atol=1e-5)
+    assert_close(torch.softmax(xd, -1), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    assert_close(torch.log_softmax(xd, -1), torch.log_softmax(x, -1), rtol=1e-4, atol=1e-5)
+    n = shape[-1]
+    got = torch.nn.functional.layer_norm(xd, (n,))
+    assert_close(got, torch.nn.functional.layer_norm(x, (n,)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(1 << 20,), (1000, 333), (4, 64, 65)])
+def test_grouped_full_reductions(dev, shape):
+    x = torch.rand(*shape)
+    xd = x.to(dev)
+    assert_close(xd.sum(), x.double().sum().float(), rtol=1e-4, atol=1e-3)
+    assert_close(xd.amax(), x.amax())
+    assert_close(xd.amin(), x.amin())
+    # A reduce over non-trailing axes: the flat reduced index splits over two axes.
+    assert_close(xd.sum((0, -1)) if len(shape) > 1 else xd.sum(0), x.sum((0, -1)) if len(shape) > 1
+                 else x.sum(0), rtol=1e-4, atol=1e-2)
+
+
+def test_grouped_reduction_nan_and_inf(dev):
+    x = torch.randn(6, 3000)
+    x[1, 2999] = float("nan")
+    x[2, 0] = float("nan")
+    x[3, 1234] = float("inf")
+    x[4] = -float("inf")
+    xd = x.to(dev)
+    assert_close(xd.amax(-1), x.amax(-1), equal_nan=True)
+    assert_close(xd.amin(-1), x.amin(-1), equal_nan=True)
+    assert_close(xd.amax(), x.amax(), equal_nan=True)
+    assert_close(xd.sum(-1), x.sum(-1), rtol=1e-4, atol=1e-3, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_grouped_int_reductions(dev, dtype):
+    x = torch.randint(0, 2 if dtype == torch.bool else 100, (7, 5000)).to(dtype)
+    xd = x.to(dev)
+    assert_close(xd.sum(-1), x.sum(-1))
+    assert_close(xd.sum(), x.sum())
+    assert_close(xd.amax(-1), x.amax(-1))
+    assert_close(xd.amin(), x.amin())
+    if dtype == torch.bool:
+        assert_close(xd.any(-1), x.any(-1))
+        assert_close(xd.all(), x.all())
+
+
+def test_grouped_reduce_in_chain(dev):
+    # Grouped reduces next to elementwise work: a norm, its use, a second reduce after it.
+    x, w = torch.randn(32, 2048), torch.randn(2048)
+    xd, wd = x.to(dev), w.to(dev)
+    norm = xd / xd.norm(dim=-1, keepdim=True) * wd
+    ref = x / x.norm(dim=-1, keepdim=True) * w
+    assert_close(norm, ref, rtol=1e-4, atol=1e-5)
+    assert_close((norm * norm).sum(-1).amax(), (ref * ref).sum(-1).amax(), rtol=1e-4, atol=1e-4)
+
+
+def test_opencl_grouped_kernels_are_used():
+    dev = _device_for("opencl")
+    ctx = realize.devices()[dev.index]
+    x = torch.randn(8, 4096)
+    before = {id(v[0]) for v in realize._lowered.values()}
+    assert_close(x.to(dev).sum(-1) * 2, x.sum(-1) * 2, rtol=1e-4, atol=1e-3)
+    new = [v[0] for v in realize._lowered.values() if id(v[0]) not in before]
+    grouped = [k for k in new if k.group_size]
+    assert ctx.lowering.group_size > 1 and grouped, "the 8 x 4096 row sum should be a grouped reduce"
+    assert all(k.group_size <= ctx.runtime.max_group_size for k in grouped)
+    ops = {ins.op for ins in grouped[0].instrs}
+    assert {"LOCAL", "BARRIER", "SPECIAL", "IF"} <= ops
+
+
+def test_opencl_async_copies_and_pool_reuse():
+    dev = _device_for("opencl")
+    ctx = realize.devices()[dev.index]
+    pool = ctx.pool
+    x = torch.randn(256, 1024)
+    # Host→device copies are asynchronous: their events wait in the table, not on the host.
+    xd = x.to(dev)
+    ys = [xd * float(i) for i in range(4)]
+    for i, y in enumerate(ys):
+        assert_close(y, x * float(i))
+    del ys
+    torch.zyx.synchronize()
+    reserved = pool.reserved
+    for i in range(5):
+        y = (xd + float(i)).sum(-1)  # same sizes as before: served from the pool's cache
+        assert_close(y, (x + float(i)).sum(-1), rtol=1e-4, atol=1e-3)
+        del y
+    torch.zyx.synchronize()
+    pool._sweep()
+    assert pool.reserved <= reserved + x.numel() * 4, "freed buffers should be reused, not reallocated"

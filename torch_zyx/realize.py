@@ -15,7 +15,7 @@ import time
 
 from .codegen import llvm as llvm_renderer
 from .codegen import opencl as opencl_renderer
-from .codegen.lower import lower
+from .codegen.lower import LoweringOptions, lower
 from .config import CONFIG, DEBUG_DEVICES, DEBUG_LAUNCHES, DEBUG_PERF, DEBUG_SCHEDULE, DEBUG_SOURCE
 from .counters import bump
 from .lazy import graph as g
@@ -39,6 +39,7 @@ class DeviceContext:
         self.events = EventTable()
         self.programs: dict[str, object] = {}
         self.render = RENDERERS[runtime.renderer]
+        self.lowering = lowering_options(runtime)
 
     def program(self, name: str, source: str):
         program = self.programs.get(source)
@@ -53,6 +54,24 @@ class DeviceContext:
     def synchronize(self) -> None:
         for event in self.events.take_all():
             event.wait()
+
+
+def lowering_options(runtime) -> LoweringOptions:
+    """What lowering may use on this device: grouped reduces need work groups (OpenCL)."""
+    if runtime.renderer != "opencl":
+        return LoweringOptions()
+    # Two float64 partials per item must fit in the group's shared memory.
+    fit = max(1, runtime.local_memory // 16)
+    group = min(256, runtime.max_group_size, fit)
+    group = 1 << (group.bit_length() - 1)  # the tree halves: a power of two
+    few = min(1024, runtime.max_group_size, fit)
+    few = 1 << (few.bit_length() - 1)
+    # GPUs: group while the grouped launch still fills the device; CPU drivers run a group on
+    # one core, so there grouping pays only while there are not many more outputs than cores.
+    max_outputs = runtime.compute_units * (4096 if runtime.is_gpu else 64)
+    return LoweringOptions(group_size=group, few_group_size=few, few_outputs=runtime.compute_units,
+                           group_min_reduce=256, group_max_outputs=max_outputs,
+                           row_loops=not runtime.is_gpu)
 
 
 class Plan:
@@ -123,7 +142,7 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
             (kernel.slots.index(("tmp", st.target)), st.value, st.view) for st in kernel.stores))
         cached = _lowered.get(lower_key)
         if cached is None:
-            loop = lower(kernel, "zyx_kernel", dtypes_)
+            loop = lower(kernel, "zyx_kernel", dtypes_, device.lowering)
             source = device.render(loop)
             # The name comes from the source, so identical kernels of different graphs share one program.
             loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]

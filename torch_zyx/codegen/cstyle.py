@@ -5,7 +5,10 @@ Stage 5 of the flow for GPU-style devices. Every language difference lives in a
 dtypes stored differently than computed, math builtins, pragmas); ``CStyleRenderer`` only
 walks the instructions and fills those formats. Launch mapping: the loop IR's outer RANGE
 ('start'/'end') becomes the global work-item id, one work item per outer iteration guarded by
-``id < end``; inner RANGEs stay ``for`` loops. Half and bfloat16 are stored as such and
+``id < end``; inner RANGEs stay ``for`` loops. In a grouped kernel (``LoopKernel.group_size``)
+the outer RANGE is the work-group id instead, the kernel declares its group size (the runtime
+launches ``group_size`` items per outer iteration) and group-shared arrays are declared at
+kernel scope, as OpenCL requires. Half and bfloat16 are stored as such and
 computed in float, as in the LLVM renderer, so every backend rounds the same way.
 """
 
@@ -85,6 +88,13 @@ class Language:
     float_suffix: dict[str, str] = field(default_factory=lambda: {"float": "f", "double": ""})
     infinity: str = "INFINITY"
     nan: str = "NAN"
+    # Grouped kernels: work-group id and local id as 64-bit integers, the group barrier, a
+    # group-shared array ({type}, {name}, {size}) and the group size declaration ({size}).
+    group_id: str = ""
+    local_id: str = ""
+    barrier: str = ""
+    local_decl: str = ""
+    group_attribute: str = ""
 
 
 def _kind(dtype: DType) -> str:
@@ -107,6 +117,7 @@ class CStyleRenderer:
         self.depth = 1
         self.closers: dict[int, str] = {}
         self.used_dtypes: set[str] = set()
+        self.local_lines: list[str] = []
 
     # ------------------------------------------------------------------ helpers
 
@@ -189,10 +200,15 @@ class CStyleRenderer:
         fmt = _pick(BINARY_FORMAT[REDUCE_OP.get(op, op)], src_dtype, op)
         return fmt.format(a=args[0], b=args[1], t=t)
 
-    def load(self, ins: Instr) -> str:
+    def local_type(self, dtype: DType) -> str:
+        # Shared arrays hold the computed type (float for half); bool arrays hold bytes.
+        return self.lang.memory_type[dtype.name] if dtype.kind == "b" else self.rtype(dtype)
+
+    def load(self, ins: Instr, instrs: list[Instr]) -> str:
         buf, index = self.values[ins.srcs[0]], self.values[ins.srcs[1]]
         self.rtype(ins.dtype)
-        fmt = self.lang.load_format.get(ins.dtype.name, "{buf}[{idx}]")
+        shared = instrs[ins.srcs[0]].op == "LOCAL"
+        fmt = "{buf}[{idx}]" if shared else self.lang.load_format.get(ins.dtype.name, "{buf}[{idx}]")
         value = fmt.format(buf=buf, idx=index)
         if len(ins.srcs) > 2:
             # Only the selected branch of ?: is evaluated, so masked lanes never touch memory.
@@ -220,21 +236,37 @@ class CStyleRenderer:
             name = f"x_{var}"
             self.vars[var] = self.values[i] = name
             if start == "start":
-                self.line(f"const {self.lang.index_type} {name} = {self.lang.global_id};")
+                outer = self.lang.group_id if self.kernel.group_size else self.lang.global_id
+                self.line(f"const {self.lang.index_type} {name} = {outer};")
                 self.line(f"if ({name} < end) {{")
             else:
                 self.line(f"for ({self.lang.index_type} {name} = {start}L; {name} < {end}L; {name}++) {{")
             self.depth += 1
-        elif op == "ENDRANGE":
+        elif op in ("ENDRANGE", "ENDIF"):
             self.depth -= 1
             self.line("}")
+        elif op == "IF":
+            self.line(f"if ({self.values[ins.srcs[0]]}) {{")
+            self.depth += 1
+        elif op == "SPECIAL":
+            var, _what = ins.arg  # the local id, the only special value so far
+            self.vars[var] = self.values[i] = f"x_{var}"
+            self.line(f"const {self.lang.index_type} x_{var} = {self.lang.local_id};")
+        elif op == "LOCAL":
+            self.values[i] = f"lm{i}"
+            self.local_lines.append("  " + self.lang.local_decl.format(
+                type=self.local_type(ins.dtype), name=f"lm{i}", size=ins.arg))
+        elif op == "BARRIER":
+            self.line(self.lang.barrier)
         elif op == "LOAD":
-            self.values[i] = self.declare(i, ins.dtype, self.load(ins))
+            self.values[i] = self.declare(i, ins.dtype, self.load(ins, instrs))
         elif op == "STORE":
             buf, index, value = (self.values[s] for s in ins.srcs)
             dtype = instrs[ins.srcs[2]].dtype
             self.rtype(dtype)
-            fmt = self.lang.store_format.get(dtype.name, "{buf}[{idx}] = {value};")
+            shared = instrs[ins.srcs[0]].op == "LOCAL"
+            fmt = "{buf}[{idx}] = {value};" if shared else \
+                self.lang.store_format.get(dtype.name, "{buf}[{idx}] = {value};")
             self.line(fmt.format(buf=buf, idx=index, value=value))
         elif op == "ALU":
             srcs = [self.values[s] for s in ins.srcs]
@@ -269,8 +301,11 @@ class CStyleRenderer:
         args += [lang.scalar_param.format(type=lang.param_type, name=f"p{n}") for n in range(self.n_params)]
         args.append(lang.scalar_param.format(type=lang.index_type, name="end"))
         prelude = [lang.dtype_prelude[d] for d in sorted(self.used_dtypes) if d in lang.dtype_prelude]
-        head = f"{lang.kernel_prefix} void {k.name}({', '.join(args)}) {{"
-        return "\n".join(prelude + [head] + self.lines + ["}", ""])
+        prefix = lang.kernel_prefix
+        if k.group_size:
+            prefix += " " + lang.group_attribute.format(size=k.group_size)
+        head = f"{prefix} void {k.name}({', '.join(args)}) {{"
+        return "\n".join(prelude + [head] + self.local_lines + self.lines + ["}", ""])
 
 
 def render(kernel: LoopKernel, lang: Language) -> str:

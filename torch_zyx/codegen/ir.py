@@ -17,6 +17,16 @@ Each ``Instr`` is one value (SSA) or effect. Index arithmetic stays symbolic (``
   BITCAST  srcs=(x,)
   WHERE    srcs=(cond, a, b)
   ACC      arg=initial value              accumulator cell; ACC_SET srcs=(acc, value), ACC_GET srcs=(acc,)
+
+Grouped kernels only (``LoopKernel.group_size`` > 0; lowering emits them only when its options
+allow, so the CPU renderer never receives them). Each outer iteration is one work group of
+``group_size`` work items that cooperate through group-shared memory:
+
+  SPECIAL  arg=(var, "lid")               the work item's index in its group, an INDEX variable
+  LOCAL    arg=size                       group-shared array of ``size`` ``dtype`` elements;
+                                          LOAD/STORE take it in place of a BUF (never masked)
+  BARRIER                                 every item of the group waits; shared writes visible
+  IF       srcs=(cond,)                   block run when cond (an INDEX) holds; ENDIF srcs=(if,)
 """
 
 from __future__ import annotations
@@ -45,3 +55,4 @@ class LoopKernel:
     work: int  # estimated scalar operations
     flops: int
     bytes: int
+    group_size: int = 0  # > 0: one work group of this many items per outer iteration

@@ -6,12 +6,18 @@ output index (views of the same layout then cancel to that index, so the loop ve
 kernels with reduces iterate over the output dims, may compute several neighbouring outputs
 per iteration ("upcast", the register tile of matmul-shaped reduces), and loop over the
 reduced axes inside. The outermost loop is what the runtime splits across threads.
+
+Devices with work groups (``LoweringOptions.group_size``) get grouped reduces for long
+reductions with few outputs: one work group per output, each item accumulates a strided part
+of the reduced range (neighbouring items read neighbouring elements), then a tree reduction in
+group-shared memory with barriers; every item reads the result, one item stores.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 from .. import dtypes
 from ..lazy import graph as g
@@ -26,6 +32,20 @@ _UPCAST_INNER = 16
 _UPCAST_OUTER = 4
 # Elementwise kernels whose last axis is at least this long loop over rows, then columns.
 _ROW_LOOP_MIN = 64
+
+
+@dataclass(frozen=True)
+class LoweringOptions:
+    """What the target device offers, chosen by the executor per device (the CPU: defaults)."""
+
+    group_size: int = 0  # work items per grouped reduce (a power of two); 0: no grouped reduces
+    few_group_size: int = 0  # group size when outputs <= few_outputs (a full sum: one group)
+    few_outputs: int = 0
+    group_min_reduce: int = 256  # reduced elements per output from which to group
+    group_max_outputs: int = 0  # group only while outputs are this few (else one item each)
+    # Elementwise kernels with long rows loop over columns inside one item: good for CPU
+    # loops, but GPU work items side by side would then read memory a row apart.
+    row_loops: bool = True
 
 
 class Index:
@@ -90,8 +110,13 @@ def _reduce_size(node: Node, seen: set) -> int:
 
 
 class Lowerer:
-    def __init__(self, kernel: ScheduledKernel, name: str, buffer_dtypes: list):
+    def __init__(self, kernel: ScheduledKernel, name: str, buffer_dtypes: list,
+                 options: LoweringOptions | None = None):
         self.kernel = kernel
+        self.options = options or LoweringOptions()
+        self.group = 0  # work items per group while lowering a grouped kernel
+        self.lid = sym.Var("lid", 0, 0)
+        self.reduce_depth = 0
         self.name = name
         self.buffer_dtypes = buffer_dtypes
         self.instrs: list[Instr] = []
@@ -131,6 +156,15 @@ class Lowerer:
     def close_range(self, rng: int) -> None:
         self.scopes.pop()
         self.add("ENDRANGE", None, (rng,), pure=False)
+
+    def open_if(self, cond: Expr) -> int:
+        block = self.add("IF", None, (self.index(cond),), pure=False)
+        self.scopes.append({})
+        return block
+
+    def close_if(self, block: int) -> None:
+        self.scopes.pop()
+        self.add("ENDIF", None, (block,), pure=False)
 
     # ------------------------------------------------------------------ emission
 
@@ -240,6 +274,15 @@ class Lowerer:
         raise NotImplementedError(op)
 
     def emit_reduce(self, node: Node, lanes: list[Index]) -> list[int]:
+        if self.group and self.reduce_depth == 0:
+            return [self.emit_group_reduce(node, lanes[0])]
+        self.reduce_depth += 1
+        try:
+            return self.emit_loop_reduce(node, lanes)
+        finally:
+            self.reduce_depth -= 1
+
+    def emit_loop_reduce(self, node: Node, lanes: list[Index]) -> list[int]:
         rop, axes = node.arg
         src = node.srcs[0]
         dtype = node.dtype
@@ -266,6 +309,52 @@ class Lowerer:
         for rng in reversed(ranges):
             self.close_range(rng)
         return [self.add("ACC_GET", dtype, (acc,), pure=False) for acc in accs]
+
+    def emit_group_reduce(self, node: Node, lane: Index) -> int:
+        """The reduce of one output by the whole work group (see the module docstring)."""
+        rop, axes = node.arg
+        src, dtype, group, lid = node.srcs[0], node.dtype, self.group, self.lid
+        total = math.prod(src.shape[a] for a in axes)
+        acc = self.add("ACC", dtype, (), _reduce_init(rop, dtype), pure=False)
+        step = self.new_var(-(-total // group))
+        rng = self.open_range(step, 0, -(-total // group))
+        # Item ``lid`` takes elements lid, lid + group, ...: a group reads contiguous memory.
+        flat = sym.add(sym.mul(step, group), lid)
+        tail = self.open_if(sym.lt(flat, total)) if total % group else None
+        dims = list(lane.dims)
+        inner = 1
+        for n, axis in enumerate(reversed(axes)):
+            size = src.shape[axis]
+            part = sym.div(flat, inner)
+            # The outermost axis needs no wrap: the tail guard keeps ``flat`` below ``total``.
+            dims[axis] = sym.Num(0) if size == 1 else part if n == len(axes) - 1 else sym.mod(part, size)
+            inner *= size
+        self.reduce_depth += 1
+        (value,) = self.emit(src, [Index(src.shape, tuple(dims), valid=lane.valid)])
+        self.reduce_depth -= 1
+        current = self.add("ACC_GET", dtype, (acc,), pure=False)
+        self.add("ACC_SET", None, (acc, self.add("ALU", dtype, (current, value), "r" + rop, pure=False)),
+                 pure=False)
+        if tail is not None:
+            self.close_if(tail)
+        self.close_range(rng)
+        self.flops += 1
+        # Tree reduction in shared memory: log2(group) halving steps, a barrier after each.
+        shared = self.add("LOCAL", dtype, (), group, pure=False)
+        mine = self.index(lid)
+        self.add("STORE", None, (shared, mine, self.add("ACC_GET", dtype, (acc,), pure=False)), pure=False)
+        self.add("BARRIER", None, (), pure=False)
+        half = group // 2
+        while half >= 1:
+            block = self.open_if(sym.lt(lid, half))
+            a = self.add("LOAD", dtype, (shared, mine), pure=False)
+            b = self.add("LOAD", dtype, (shared, self.index(sym.add(lid, sym.Num(half)))), pure=False)
+            self.add("STORE", None, (shared, mine, self.add("ALU", dtype, (a, b), "r" + rop, pure=False)),
+                     pure=False)
+            self.close_if(block)
+            self.add("BARRIER", None, (), pure=False)
+            half //= 2
+        return self.add("LOAD", dtype, (shared, self.index(sym.Num(0))), pure=False)
 
     def emit_random(self, node: Node, idx: Index) -> int:
         """Counter-based uniform [0, 1): splitmix64(seed ^ (offset + flat index))."""
@@ -294,7 +383,15 @@ class Lowerer:
         reduces = any(_has_reduce(v, seen) for v in values)
         numel = math.prod(shape)
         inner_work = max(_reduce_size(v, set()) for v in values)
-        if not reduces and len(shape) >= 2 and shape[-1] >= _ROW_LOOP_MIN and numel > shape[-1]:
+        opts = self.options
+        group_size = 0
+        if reduces and opts.group_size > 1 and inner_work >= opts.group_min_reduce \
+                and numel <= opts.group_max_outputs:
+            group_size = opts.few_group_size if numel <= opts.few_outputs else opts.group_size
+        if group_size > 1:
+            global_size = self.lower_grouped(shape, group_size)
+        elif not reduces and opts.row_loops and len(shape) >= 2 and shape[-1] >= _ROW_LOOP_MIN \
+                and numel > shape[-1]:
             global_size = self.lower_rows(shape)
         elif not reduces:
             var = sym.Var("gidx", 0, max(numel - 1, 0))
@@ -307,7 +404,20 @@ class Lowerer:
             global_size = self.lower_reduce_kernel(shape)
         nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
         return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
-                          work=numel * inner_work, flops=self.flops * numel // max(1, 1), bytes=nbytes)
+                          work=numel * inner_work, flops=self.flops * numel // max(1, 1), bytes=nbytes,
+                          group_size=group_size if group_size > 1 else 0)
+
+    def lower_grouped(self, shape: tuple[int, ...], group: int) -> int:
+        """One work group per output (flat index), reduces split across its items."""
+        numel = math.prod(shape)
+        self.group = group
+        var = sym.Var("gidx", 0, max(numel - 1, 0))
+        rng = self.open_range(var, "start", "end")
+        self.lid = sym.Var("lid", 0, group - 1)
+        self.add("SPECIAL", dtypes.int64, (), (self.lid.name, "lid"), pure=False)
+        self.emit_stores([Index(shape, linear=var)])
+        self.close_range(rng)
+        return max(numel, 1)
 
     def lower_rows(self, shape: tuple[int, ...]) -> int:
         """Elementwise kernel as rows × columns: values broadcast along a row (softmax's max,
@@ -366,6 +476,8 @@ class Lowerer:
             slot = self.kernel.slots.index(("tmp", store.target))
             buf = self.add("BUF", store.value.dtype, (), slot)
             values = self.emit(store.value, lanes)
+            # In a grouped kernel every item holds the result; the first one stores it.
+            single = self.open_if(sym.lt(self.lid, 1)) if self.group else None
             for lane, value in zip(lanes, values):
                 if store.view is None:
                     target = lane.linear
@@ -375,6 +487,8 @@ class Lowerer:
                     for d, st in zip(lane.dims, strides):
                         target = sym.add(target, sym.mul(d, st))
                 self.add("STORE", None, (buf, self.index(target), value), pure=False)
+            if single is not None:
+                self.close_if(single)
 
 
 def _is_unit_reshape(src_shape, shape) -> bool:
@@ -388,5 +502,6 @@ def _clamp(d: Expr, size: int) -> Expr:
     return d
 
 
-def lower(kernel: ScheduledKernel, name: str, buffer_dtypes: list) -> LoopKernel:
-    return Lowerer(kernel, name, buffer_dtypes).lower()
+def lower(kernel: ScheduledKernel, name: str, buffer_dtypes: list,
+          options: LoweringOptions | None = None) -> LoopKernel:
+    return Lowerer(kernel, name, buffer_dtypes, options).lower()

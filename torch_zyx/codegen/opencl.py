@@ -38,6 +38,12 @@ OPENCL = Language(
     store_format={"float16": "vstore_half_rte({value}, {idx}, {buf});",
                   "bfloat16": "{buf}[{idx}] = zyx_f2bf({value});", "bool": "{buf}[{idx}] = (uchar){value};"},
     dtype_prelude={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "bfloat16": _BF16_HELPER},
+    group_id="((long)get_group_id(0))",
+    local_id="((long)get_local_id(0))",
+    barrier="barrier(CLK_LOCAL_MEM_FENCE);",
+    local_decl="__local {type} {name}[{size}];",
+    # The runtime reads it back (CL_KERNEL_COMPILE_WORK_GROUP_SIZE) as the launch's local size.
+    group_attribute="__attribute__((reqd_work_group_size({size}, 1, 1)))",
 )
 
 

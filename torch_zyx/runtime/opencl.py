@@ -2,7 +2,9 @@
 
 A program is ``__kernel void k(buffers..., params..., long end)`` with one work item per outer
 iteration (the renderer guards ``id < end``), so ``launch`` rounds the global size up to a
-multiple of the local size. Launches are enqueued on the device's in-order queue with the
+multiple of the local size. A grouped kernel declares its work-group size
+(``reqd_work_group_size``, read back as CL_KERNEL_COMPILE_WORK_GROUP_SIZE): there one outer
+iteration is one work group, so ``launch`` runs ``global_size`` groups of that size. Launches are enqueued on the device's in-order queue with the
 OpenCL events they must wait for and return a ``CLEvent``. PoCL serves machines without a
 GPU; vendor drivers (NVIDIA, AMD, Intel) serve GPUs. Build errors carry the build log.
 """
@@ -40,8 +42,10 @@ class OpenCLProgram:
         self.device, self.name, self.source = device, name, source
         self._kernel = kernel
         self._num_args = kernel.num_args
-        wg = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device.cl_device)
+        info = cl.kernel_work_group_info
+        wg = kernel.get_work_group_info(info.WORK_GROUP_SIZE, device.cl_device)
         self._local = max(1, min(device.local_size, wg))
+        self.group_size = int(kernel.get_work_group_info(info.COMPILE_WORK_GROUP_SIZE, device.cl_device)[0])
 
     def launch(self, buffers: list, params: list[int], global_size: int, work: int,
                wait_events: list[Event]) -> Event:
@@ -54,8 +58,12 @@ class OpenCLProgram:
         values = list(params[:n_params]) + [0] * max(0, n_params - len(params))
         args += [np.uint64(p & 0xFFFFFFFFFFFFFFFF) for p in values]
         args.append(np.int64(global_size))
-        local = min(self._local, max(global_size, 1))
-        padded = -(-max(global_size, 1) // local) * local
+        if self.group_size:
+            local = self.group_size
+            padded = max(global_size, 1) * local
+        else:
+            local = min(self._local, max(global_size, 1))
+            padded = -(-max(global_size, 1) // local) * local
         wait_for = cl_wait_list(wait_events, device.context)
         # The queue is used from one thread (the recording thread); set_args + enqueue is safe.
         self._kernel.set_args(*args)
@@ -80,8 +88,12 @@ class OpenCLDevice:
         self.context = cl.Context([cl_device])
         self.queue = cl.CommandQueue(self.context, cl_device)
         self.pool = OpenCLPool(self.context, self.queue)
-        is_gpu = bool(cl_device.type & cl.device_type.GPU)
-        self.local_size = min(_GPU_LOCAL if is_gpu else _CPU_LOCAL, cl_device.max_work_group_size)
+        # Plain facts for the executor's lowering options (realize.py chooses from them).
+        self.is_gpu = bool(cl_device.type & cl.device_type.GPU)
+        self.compute_units = cl_device.max_compute_units
+        self.max_group_size = cl_device.max_work_group_size
+        self.local_memory = cl_device.local_mem_size
+        self.local_size = min(_GPU_LOCAL if self.is_gpu else _CPU_LOCAL, self.max_group_size)
         self.fp64 = "cl_khr_fp64" in cl_device.extensions or bool(cl_device.double_fp_config)
 
     def describe(self) -> str:
