@@ -146,3 +146,126 @@ def test_steady_state_training_loop(counters):
     assert len({s["kernels_launched"] for s in steady}) == 1
     assert all(s["cpu_fallbacks"] == 0 for s in per_step)
     assert max(memory[100:]) <= max(memory[2:100])
+
+
+# ------------------------------------------------------------------ conv, pooling, batch norm
+
+F = nn.functional
+CONV_CASES = {
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b), (3, 4, 3, 3)),
+    "conv2d_stride_pad": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), (3, 4, 3, 3)),
+    "conv2d_dilation": (lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2), dilation=2), (3, 4, 3, 2)),
+    "conv2d_groups": (lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2), (6, 2, 3, 3)),
+    "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+                         (4, 3, 3, 3)),
+}
+POOL_CASES = {
+    "max_pool2d": lambda x: F.max_pool2d(x, 2),
+    "max_pool2d_overlap_pad": lambda x: F.max_pool2d(x, 3, 1, 1),
+    "max_pool2d_ceil_dilation": lambda x: F.max_pool2d(x, 2, 2, 1, dilation=2, ceil_mode=True),
+    "avg_pool2d": lambda x: F.avg_pool2d(x, 2),
+    "avg_pool2d_ceil_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+    "avg_pool2d_no_count_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+}
+
+
+def _check_grad(fn, *inputs):
+    """Forward and backward (random output gradient) of ``fn`` on zyx against CPU torch."""
+    cpu = [t.clone().requires_grad_() for t in inputs]
+    zyx = [t.to("zyx").requires_grad_() for t in inputs]
+    out_c, out_z = fn(*cpu), fn(*zyx)
+    assert_close(out_z, out_c.detach(), rtol=1e-4, atol=1e-5)
+    grad = torch.randn_like(out_c)
+    grads_c = torch.autograd.grad(out_c, cpu, grad)
+    grads_z = torch.autograd.grad(out_z, zyx, grad.to("zyx"))
+    assert_close(list(grads_z), list(grads_c), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(CONV_CASES))
+def test_convolution_matches_cpu(name, monkeypatch):
+    monkeypatch.setattr("torch_zyx.config.CONFIG.cpu_fallback", False)
+    fn, wshape = CONV_CASES[name]
+    torch.manual_seed(0)
+    bias_size = wshape[1] if "transpose" in name else wshape[0]
+    _check_grad(fn, torch.randn(2, 4, 7, 6), torch.randn(wshape), torch.randn(bias_size))
+
+
+@pytest.mark.parametrize("name", list(POOL_CASES))
+def test_pooling_matches_cpu(name, monkeypatch):
+    monkeypatch.setattr("torch_zyx.config.CONFIG.cpu_fallback", False)
+    torch.manual_seed(0)
+    _check_grad(POOL_CASES[name], torch.randn(2, 3, 7, 6))
+
+
+def test_max_pool2d_indices_match_cpu():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 7, 6)
+    x[0, 0, :2, :2] = 1.0  # ties: the first maximum of the window wins, as on CPU
+    for args in ((2,), (3, 2, 1), (3, 1, 1, 2, True)):
+        out_z, idx_z = F.max_pool2d(x.to("zyx"), *args, return_indices=True)
+        out_c, idx_c = F.max_pool2d(x, *args, return_indices=True)
+        assert_close(out_z, out_c)
+        assert_close(idx_z, idx_c)
+
+
+def test_conv_bias_relu_is_one_kernel(counters):
+    x, w, b = (torch.randn(s).to("zyx") for s in ((2, 4, 8, 8), (3, 4, 3, 3), (3,)))
+    torch.zyx.synchronize()
+    counters()
+    F.relu(F.conv2d(x, w, b, padding=1)).cpu()
+    assert counters()["kernels_launched"] == 1 and counters()["cpu_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_matches_cpu(training, monkeypatch):
+    monkeypatch.setattr("torch_zyx.config.CONFIG.cpu_fallback", False)
+    torch.manual_seed(0)
+    stats = (torch.randn(4), torch.rand(4) + 0.5)
+    running = {dev: [s.clone().to(dev) for s in stats] for dev in ("cpu", "zyx")}
+
+    def fn(x, w, b):
+        rm, rv = running[x.device.type]
+        return F.batch_norm(x, rm, rv, w, b, training=training, momentum=0.3)
+
+    _check_grad(fn, torch.randn(3, 4, 5, 5), torch.randn(4), torch.randn(4))
+    # Running statistics are updated in place (training) or left alone (eval), as on CPU.
+    assert_close(running["zyx"], running["cpu"], rtol=1e-5, atol=1e-6)
+
+
+class _SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                                      nn.MaxPool2d(2))
+        self.head = nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+def test_small_cnn_trains_like_cpu(monkeypatch):
+    """conv-bn-relu-maxpool-linear, 20 SGD steps on zyx and CPU from the same init; then eval."""
+    monkeypatch.setattr("torch_zyx.config.CONFIG.cpu_fallback", False)
+    torch.manual_seed(0)
+    model = _SmallCNN()
+    data = (torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,)))
+    results = {}
+    for dev in ("zyx", "cpu"):
+        m = copy.deepcopy(model).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        x, y = (t.to(dev) for t in data)
+        losses = []
+        for _ in range(20):
+            opt.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        m.eval()
+        results[dev] = (torch.tensor(losses), m, m(x).detach())
+    (lz, mz, ez), (lc, mc, ec) = results["zyx"], results["cpu"]
+    torch.testing.assert_close(lz, lc, rtol=1e-4, atol=1e-6)
+    for (name, pz), pc in zip(mz.state_dict().items(), mc.state_dict().values()):
+        assert pz.device.type == "zyx", name
+        assert_close(pz, pc, rtol=1e-4, atol=1e-4)  # includes running_mean/var, num_batches_tracked
+    assert_close(ez, ec, rtol=1e-4, atol=1e-4)
