@@ -4,4 +4,4 @@ Stage 1→2 of the flow. ``registry.LOWERINGS`` is the table the dispatcher cons
 module here registers its ops on import.
 """
 
-from . import elementwise, factory, foreach, index, matmul, movement, nn, reduce  # noqa: F401  (registration)
+from . import conv, elementwise, factory, foreach, index, matmul, movement, nn, reduce  # noqa: F401  (registration)
