@@ -1,0 +1,104 @@
+"""Random numbers on zyx: ``torch.manual_seed`` makes every random op reproducible, the RNG state
+saves and restores the sequence, and the distributions are what PyTorch promises.
+
+zyx's generator is counter-based (torch_zyx/random.py), so values differ from CPU torch's
+Mersenne Twister: tests compare zyx with itself and check distribution properties.
+"""
+
+import pytest
+import torch
+
+DRAWS = {
+    "rand": lambda: torch.rand(64, device="zyx"),
+    "randn": lambda: torch.randn(64, device="zyx"),
+    "randint": lambda: torch.randint(0, 100, (64,), device="zyx"),
+    "rand_like": lambda: torch.rand_like(torch.zeros(64, device="zyx")),
+    "dropout": lambda: torch.nn.functional.dropout(torch.ones(64, device="zyx"), 0.5),
+    "bernoulli": lambda: torch.bernoulli(torch.full((64,), 0.3, device="zyx")),
+    "bernoulli_": lambda: torch.empty(64, device="zyx").bernoulli_(0.5),
+    "normal_": lambda: torch.empty(64, device="zyx").normal_(2.0, 3.0),
+    "uniform_": lambda: torch.empty(64, device="zyx").uniform_(-1.0, 1.0),
+    "randperm": lambda: torch.randperm(64, device="zyx"),
+}
+
+
+@pytest.fixture
+def no_fallback(monkeypatch):
+    monkeypatch.setattr("torch_zyx.config.CONFIG.cpu_fallback", False)
+
+
+def _draw(name, seed):
+    torch.manual_seed(seed)
+    first = DRAWS[name]().cpu()
+    second = DRAWS[name]().cpu()  # the next draw continues the sequence
+    return first, second
+
+
+@pytest.mark.parametrize("name", list(DRAWS))
+def test_manual_seed_reproducible(name, no_fallback):
+    a1, a2 = _draw(name, 0)
+    b1, b2 = _draw(name, 0)
+    c1, _ = _draw(name, 1)
+    assert torch.equal(a1, b1) and torch.equal(a2, b2)
+    assert not torch.equal(a1, a2)  # successive draws differ
+    assert not torch.equal(a1, c1)  # another seed gives other values
+
+
+def test_rng_state_restores_sequence(no_fallback):
+    torch.manual_seed(3)
+    torch.rand(10, device="zyx")
+    state = torch.zyx.get_rng_state()
+    expected = [torch.randn(5, device="zyx").cpu(), torch.randperm(7, device="zyx").cpu()]
+    torch.rand(10, device="zyx")
+    torch.zyx.set_rng_state(state)
+    got = [torch.randn(5, device="zyx").cpu(), torch.randperm(7, device="zyx").cpu()]
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+    # fork_rng restores the zyx state on exit, as it does for CUDA.
+    with torch.random.fork_rng(device_type="zyx"):
+        inside = torch.rand(4, device="zyx").cpu()
+    assert torch.equal(torch.rand(4, device="zyx").cpu(), inside)
+
+
+def test_distributions(no_fallback):
+    torch.manual_seed(0)
+    n = 1 << 16
+    z = torch.randn(n, device="zyx").cpu()
+    assert abs(z.mean().item()) < 0.02 and abs(z.std().item() - 1) < 0.02
+    normal = torch.empty(n, device="zyx").normal_(2.0, 3.0).cpu()
+    assert abs(normal.mean().item() - 2) < 0.06 and abs(normal.std().item() - 3) < 0.06
+    u = torch.rand(n, device="zyx").cpu()
+    assert u.min().item() >= 0 and u.max().item() < 1 and abs(u.mean().item() - 0.5) < 0.01
+    uniform = torch.empty(n, device="zyx").uniform_(-2.0, 3.0).cpu()
+    assert uniform.min().item() >= -2 and uniform.max().item() < 3
+    ints = torch.randint(-5, 7, (n,), device="zyx").cpu()
+    assert ints.dtype == torch.int64 and ints.min().item() == -5 and ints.max().item() == 6
+    assert torch.bincount(ints + 5).min().item() > n / 12 * 0.9  # every value, about equally often
+    b = torch.bernoulli(torch.full((n,), 0.3, device="zyx")).cpu()
+    assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(b.mean().item() - 0.3) < 0.01
+
+
+def test_dropout_zeroes_half_and_scales(no_fallback):
+    torch.manual_seed(0)
+    x = torch.full((4096,), 3.0, device="zyx", requires_grad=True)
+    y = torch.nn.functional.dropout(x, 0.5)
+    out = y.cpu()
+    kept = out != 0
+    assert abs(kept.float().mean().item() - 0.5) < 0.03
+    assert torch.all(out[kept] == 6.0)
+    y.sum().backward()  # the same mask scales the gradient
+    assert torch.equal(x.grad.cpu() != 0, kept) and torch.all(x.grad.cpu()[kept] == 2.0)
+    assert torch.nn.functional.dropout(x, 0.5, training=False).cpu().equal(x.detach().cpu())
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 300])
+def test_randperm_is_permutation(n, no_fallback):
+    torch.manual_seed(n)
+    p = torch.randperm(n, device="zyx")
+    assert p.dtype == torch.int64 and p.shape == (n,)
+    assert torch.equal(p.cpu().sort().values, torch.arange(n))
+    if n == 300:
+        assert not torch.equal(p.cpu(), torch.arange(n))
+        # Each value lands in each half about equally often over several draws (no position bias).
+        draws = torch.stack([torch.randperm(n, device="zyx").cpu() for _ in range(20)])
+        assert abs((draws[:, : n // 2] < n // 2).float().mean().item() - 0.5) < 0.05
