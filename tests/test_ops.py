@@ -696,3 +696,83 @@ def test_errors_match_cpu(index):
         fn(a, b)
     with pytest.raises(cpu_error.type):
         fn(a.to("zyx"), b.to("zyx"))
+
+
+# ---------------------------------------------------------------------------- sort and scan (opinfo-a)
+
+SORT_DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.bool]
+
+
+def _distinct(shape, dtype, seed=0):
+    # Ties between equal values are ordered differently by ATen's (unstable) algorithms; a
+    # permutation keeps every value unique so indices are comparable too.
+    perm = torch.randperm(math.prod(shape), generator=torch.Generator().manual_seed(seed)) - 5
+    return perm.reshape(shape).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", SORT_DTYPES)
+def test_sort_topk_kthvalue(dtype):
+    x = _distinct((4, 7), dtype) if dtype != torch.bool else make((4, 7), dtype)
+    check(lambda t: torch.sort(t, 1), x)
+    check(lambda t: torch.sort(t, 0, descending=True, stable=True), x)
+    check(lambda t: torch.argsort(t, 1, stable=True), x)
+    check(lambda t: torch.msort(t), x)
+    if dtype != torch.bool:
+        check(lambda t: torch.topk(t, 3), x)
+        check(lambda t: torch.topk(t, 2, 0, largest=False), x)
+        check(lambda t: torch.kthvalue(t, 3, 1, keepdim=True), x)
+        check(lambda t: torch.median(t, 1), x)
+        check(lambda t: torch.median(t), x)
+
+
+def test_sort_nan_and_ties():
+    x = torch.tensor([[3.0, float("nan"), 1.0, 1.0, -float("inf"), 2.0, float("nan")]])
+    check(lambda t: torch.sort(t, 1, stable=True), x)
+    check(lambda t: torch.sort(t, 1, descending=True, stable=True), x)
+    check(lambda t: torch.median(t, 1), x)
+    check(lambda t: torch.nanmedian(t, 1), x)
+    check(lambda t: torch.nanmedian(t), x)
+    check(lambda t: torch.mode(t[:, 2:6], 1), x)
+    check(lambda t: torch.mode(t, 0), torch.tensor([3, 1, 1, 2, 2, 3, 0]))
+
+
+def test_sort_errors():
+    x = make((2, 3), torch.float32)
+    check(lambda t: torch.sort(t, 2), x)
+    check(lambda t: torch.topk(t, 4), x)
+    check(lambda t: torch.kthvalue(t, 0), x)
+    check(lambda t: torch.median(t[:, :0], 1), x)
+    check(lambda t: torch.sort(t[0, 0]), x)
+
+
+@pytest.mark.parametrize("dtype", SORT_DTYPES + [torch.float16])
+def test_scans(dtype):
+    x = make((3, 6), dtype, low=-2, high=2)
+    if dtype.is_floating_point:
+        x[1, 2] = float("nan")
+    check(lambda t: torch.cumsum(t, 1), x)
+    check(lambda t: torch.cumprod(t, 1), x)
+    check(lambda t: torch.cummax(t, 1), x)
+    check(lambda t: torch.cummin(t, 0), x)
+    if dtype.is_floating_point:
+        check(lambda t: torch.logcumsumexp(t, 1), x)
+    check(lambda t: torch.logcumsumexp(t, 3), make((2, 2), torch.float32))
+
+
+def test_equal_allclose_aminmax():
+    x = make((3, 4), torch.float32)
+    check(lambda t: torch.equal(t, t.clone()), x)
+    check(lambda t: torch.equal(t, t + 1), x)
+    check(lambda t: torch.equal(t, t[:2]), x)
+    check(lambda t: torch.allclose(t, t + 1e-9), x)
+    check(lambda t: torch.allclose(t, t + 1), x)
+    check(lambda t: torch.aminmax(t), x)
+    check(lambda t: torch.aminmax(t, dim=1, keepdim=True), x)
+    empty = make((5, 0, 5), torch.float32)
+    check(lambda t: torch.aminmax(t), empty)
+    check(lambda t: torch.aminmax(t, dim=1), empty)
+    check(lambda t: torch.amax(t), empty)
+    check(lambda t: torch.amax(t, 1), empty)
+    check(lambda t: torch.amax(t, 0), empty)
+    check(lambda t: torch.amax(t, (0, 0)), x)
+    check(lambda t: -t, make((3,), torch.bool))

@@ -4,4 +4,17 @@ Stage 1→2 of the flow. ``registry.LOWERINGS`` is the table the dispatcher cons
 module here registers its ops on import.
 """
 
-from . import conv, elementwise, factory, foreach, index, matmul, movement, nn, reduce  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    conv,
+    elementwise,
+    factory,
+    foreach,
+    index,
+    matmul,
+    movement,
+    nn,
+    reduce,
+    scan,
+    scatter,
+    sort,
+)

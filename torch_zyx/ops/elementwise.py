@@ -265,6 +265,9 @@ def _device(args):
 
 def _unary_lowering(name, fn, kind):
     def lowering(x, *extra, **kwargs):
+        if name == "neg" and _is_bool(x):
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+                               "to invert a mask, use the `~` or `logical_not()` operator instead.")
         return _compute(fn, kind, [x], bool_result=name in BOOL_RESULT)
 
     return lowering

@@ -1,6 +1,7 @@
 """Reduction lowerings: sum/mean/prod/amax/amin, max/min with indices, arg*, var/std,
-logsumexp, any/all, cumsum. All become keepdim REDUCE nodes (squeezed after if asked), so the
-elementwise work before and after them fuses into the same kernel.
+logsumexp, any/all (scans are in ops/scan.py, sorting in ops/sort.py). All become keepdim
+REDUCE nodes (squeezed after if asked), so the elementwise work before and after them fuses
+into the same kernel.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def norm_dims(x, dim) -> tuple[int, ...]:
     nd = x.dim()
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return tuple(range(nd))
+    if nd > 64:
+        raise RuntimeError(f"only tensors with up to 64 dims are supported, got {nd}")
     if isinstance(dim, int):
         dim = [dim]
     if nd == 0:
@@ -31,8 +34,10 @@ def norm_dims(x, dim) -> tuple[int, ...]:
     for d in dim:
         if not -nd <= d < nd:
             raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {d})")
+        if d % nd in out:
+            raise RuntimeError(f"dim {d % nd} appears multiple times in the list of dims")
         out.append(d % nd)
-    return tuple(sorted(set(out)))
+    return tuple(sorted(out))
 
 
 def finish(node: Node, dims, keepdim: bool) -> Node:
@@ -106,16 +111,22 @@ def mean(x, dim=None, keepdim=False, dtype=None):
 def _minmax(op: str, x, dim, keepdim) -> Node:
     dims = norm_dims(x, dim)
     node = read(x)
+    name = "amax" if op == "max" else "amin"
     if node.numel == 0:
-        raise IndexError(f"{'amax' if op == 'max' else 'amin'}(): Expected reduction dim "
-                         f"{dims[0] if dims else 0} to have non-zero size.")
+        # ATen: a full reduction of an empty tensor is a RuntimeError, an empty reduced dim an
+        # IndexError; reducing only non-empty dims of an empty tensor is fine (empty result).
+        if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        for d in dims:
+            if node.shape[d] == 0:
+                raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+        return finish(g.const(0, node.dtype, tuple(1 if i in dims else s for i, s in enumerate(node.shape))),
+                      dims, keepdim)
     if not node.shape:
         return node
-    out = g.reduce(op, node, dims)
-    if node.dtype.is_float:
-        # max/min propagate NaN: the reduce uses maximum/minimum, which already do.
-        pass
-    return finish(out, dims, keepdim)
+    # max/min propagate NaN: the reduce uses maximum/minimum, which already do.
+    return finish(g.reduce(op, node, dims), dims, keepdim)
 
 
 @register(aten.amax.default)
@@ -298,26 +309,48 @@ def all_(x, dim=None, keepdim=False):
     return _any_all("min", x, dim, keepdim)
 
 
-@register(aten.cumsum.default)
-def cumsum(x, dim, dtype=None):
-    node = read(x)
-    out_dtype = zdtype(_sum_dtype(x, dtype))
-    node = g.cast(node, _accumulate_dtype(out_dtype))
-    if not node.shape:
-        return wrap(g.cast(node, out_dtype), x._storage.device)
-    dim = dim % x.dim()
-    n = node.shape[dim]
-    if n == 0:
-        return wrap(g.cast(node, out_dtype), x._storage.device)
-    # out[..., i, ...] = sum_j x[..., j, ...] * (j <= i): a masked triangular reduce (fuses, no scan).
-    shape = node.shape
-    wide = shape + (n,)
-    perm = list(range(len(shape)))
-    source = g.reshape(node, shape + (1,))
-    source = g.permute(source, tuple(perm[:dim] + [len(shape)] + perm[dim + 1:] + [dim]))
-    source = g.expand(source, wide)
-    i_pos = g.expand(g.reshape(g.iota((n,)), tuple(n if k == dim else 1 for k in range(len(shape))) + (1,)), wide)
-    j_pos = g.expand(g.reshape(g.iota((n,)), (1,) * len(shape) + (n,)), wide)
-    masked = g.where(g.binary("le", j_pos, i_pos), source, g.const(0, node.dtype, wide))
-    out = g.reshape(g.reduce("sum", masked, (len(shape),)), shape)
-    return wrap(g.cast(out, out_dtype), x._storage.device)
+@register(aten.aminmax.default)
+def aminmax(x, dim=None, keepdim=False):
+    if x.numel() == 0:
+        if dim is None:
+            raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation "
+                               "has no identity")
+        d = norm_dims(x, dim)
+        if d and x.shape[d[0]] == 0:
+            raise IndexError(f"aminmax(): Expected reduction dim {d[0]} to have non-zero size.")
+    dev = x._storage.device
+    if dim is None:
+        lo, hi = _minmax("min", x, None, False), _minmax("max", x, None, False)
+        if keepdim:
+            lo, hi = g.reshape(lo, (1,) * x.dim()), g.reshape(hi, (1,) * x.dim())
+        return wrap(lo, dev), wrap(hi, dev)
+    return wrap(_minmax("min", x, dim, keepdim), dev), wrap(_minmax("max", x, dim, keepdim), dev)
+
+
+def _truth(node: Node, device) -> bool:
+    # The result is a Python bool: realizing it is the data dependence ATen has too.
+    return bool(wrap(g.reshape(node, ()), device).item())
+
+
+def _all_of(cond: Node) -> Node:
+    return g.reduce("min", cond, tuple(range(len(cond.shape)))) if cond.shape and cond.numel else \
+        g.const(True, dtypes.bool_, (1,) * len(cond.shape))
+
+
+@register(aten.equal.default)
+def equal(x, y):
+    if tuple(x.shape) != tuple(y.shape):
+        return False
+    if x.numel() == 0:
+        return True
+    dtype = torch.promote_types(x.dtype, y.dtype)
+    a, b = g.cast(read(x), zdtype(dtype)), g.cast(read(y), zdtype(dtype))
+    return _truth(_all_of(g.binary("eq", a, b)), x._storage.device)
+
+
+@register(aten.allclose.default)
+def allclose(x, y, rtol=1e-05, atol=1e-08, equal_nan=False):
+    if x.dtype != y.dtype:
+        raise RuntimeError(f"{x.dtype} did not match {y.dtype}")
+    close = aten.isclose.default(x, y, rtol, atol, equal_nan)
+    return _truth(_all_of(read(close)), x._storage.device)

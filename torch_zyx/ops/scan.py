@@ -1,0 +1,143 @@
+"""Scan lowerings: cumsum, cumprod, cummax/cummin (with indices), logcumsumexp.
+
+There is no scan primitive: out[i] = reduce_{j <= i} x[j] is a reduce over a new trailing axis
+of an (n x n) masked pair tensor. That is O(n^2) work but it fuses with the surrounding
+elementwise ops, is exact for integers and needs no sequential loop in the kernel IR.
+``pairs`` builds the pair view shared with the sort lowerings (ops/sort.py).
+"""
+
+from __future__ import annotations
+
+from .. import dtypes
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from ..tensor import read, wrap, zdtype
+from .reduce import _accumulate_dtype, _sum_dtype
+from .registry import aten, register
+
+
+def check_dim(x, dim: int) -> int:
+    """``dim`` normalized for ``x`` (a 0-d tensor accepts 0 and -1), IndexError like ATen."""
+    nd = max(x.dim(), 1)
+    if not -nd <= dim < nd:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {dim})")
+    return dim % nd
+
+
+def pairs(node: Node, dim: int) -> tuple[Node, Node, Node, Node]:
+    """(x_i, x_j, i, j) over ``node.shape + (n,)``: axis ``dim`` indexes i, the new last axis j.
+
+    x_i[..., i, ..., j] = x[..., i, ...] and x_j[..., i, ..., j] = x[..., j, ...]; i and j are
+    the int64 positions. Reducing over the last axis gives one value per element.
+    """
+    shape = node.shape
+    n = shape[dim]
+    nd = len(shape)
+    wide = shape + (n,)
+    x_i = g.expand(g.reshape(node, shape + (1,)), wide)
+    perm = list(range(nd))
+    x_j = g.permute(g.reshape(node, shape + (1,)), tuple(perm[:dim] + [nd] + perm[dim + 1:] + [dim]))
+    x_j = g.expand(x_j, wide)
+    i_pos = g.expand(g.reshape(g.iota((n,)), tuple(n if k == dim else 1 for k in range(nd)) + (1,)), wide)
+    j_pos = g.expand(g.reshape(g.iota((n,)), (1,) * nd + (n,)), wide)
+    return x_i, x_j, i_pos, j_pos
+
+
+def lowest(dtype: dtypes.DType):
+    """The identity of max (NaN aside): -inf, the integer minimum, or False."""
+    if dtype.is_float:
+        return float("-inf")
+    if dtype.kind == "b":
+        return False
+    return 0 if dtype.kind == "u" else -(1 << (dtype.itemsize * 8 - 1))
+
+
+def highest(dtype: dtypes.DType):
+    if dtype.is_float:
+        return float("inf")
+    if dtype.kind == "b":
+        return True
+    bits = dtype.itemsize * 8 - (dtype.kind != "u")
+    return (1 << bits) - 1
+
+
+def masked_scan(op: str, node: Node, dim: int, fill) -> Node:
+    """out[..., i, ...] = reduce_op over j <= i of x[..., j, ...]."""
+    _x_i, x_j, i_pos, j_pos = pairs(node, dim)
+    wide = x_j.shape
+    masked = g.where(g.binary("le", j_pos, i_pos), x_j, g.const(fill, node.dtype, wide))
+    return g.reshape(g.reduce(op, masked, (len(node.shape),)), node.shape)
+
+
+def _scan(x, dim, dtype, op: str, fill):
+    check_dim(x, dim)
+    out_dtype = zdtype(_sum_dtype(x, dtype))
+    node = g.cast(read(x), _accumulate_dtype(out_dtype))
+    if not node.shape or node.numel == 0:
+        return wrap(g.cast(node, out_dtype), x._storage.device)
+    out = masked_scan(op, node, dim % x.dim(), fill)
+    return wrap(g.cast(out, out_dtype), x._storage.device)
+
+
+@register(aten.cumsum.default)
+def cumsum(x, dim, dtype=None):
+    return _scan(x, dim, dtype, "sum", 0)
+
+
+@register(aten.cumprod.default)
+def cumprod(x, dim, dtype=None):
+    return _scan(x, dim, dtype, "prod", 1)
+
+
+def _cum_extreme(x, dim, op: str):
+    dim = check_dim(x, dim)
+    node = read(x)
+    dev = x._storage.device
+    if not node.shape or node.numel == 0:
+        return wrap(node, dev), wrap(g.const(0, dtypes.int64, node.shape), dev)
+    fill = lowest(node.dtype) if op == "max" else highest(node.dtype)
+    values = masked_scan(op, node, dim, fill)
+    # ATen's loop moves the index on every x[j] >= running max (<= for min) and on every NaN:
+    # the index is the last j <= i holding the running extreme (the last NaN once one is seen).
+    _x_i, x_j, i_pos, j_pos = pairs(node, dim)
+    ext = g.expand(g.reshape(values, node.shape + (1,)), x_j.shape)
+    hit = g.binary("eq", x_j, ext)
+    if node.dtype.is_float:
+        hit = g.binary("or", hit, g.binary("and", g.unary("isnan", x_j), g.unary("isnan", ext)))
+    hit = g.binary("and", hit, g.binary("le", j_pos, i_pos))
+    index = g.reduce("max", g.where(hit, j_pos, g.const(-1, dtypes.int64, x_j.shape)), (len(node.shape),))
+    return wrap(values, dev), wrap(g.reshape(index, node.shape), dev)
+
+
+@register(aten.cummax.default)
+def cummax(x, dim):
+    return _cum_extreme(x, dim, "max")
+
+
+@register(aten.cummin.default)
+def cummin(x, dim):
+    return _cum_extreme(x, dim, "min")
+
+
+@register(aten.logcumsumexp.default)
+def logcumsumexp(x, dim):
+    dim = check_dim(x, dim)
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        raise RuntimeError(f"logcumsumexp(): Expected floating point or complex input, got {x.dtype}")
+    node = read(x)
+    out_dtype = node.dtype
+    node = g.cast(node, _accumulate_dtype(node.dtype))
+    if not node.shape or node.numel == 0:
+        return wrap(g.cast(node, out_dtype), x._storage.device)
+    # Shift by the running maximum (0 where it is infinite, so inf - inf never makes NaN).
+    m = masked_scan("max", node, dim, float("-inf"))
+    finite = g.binary("lt", g.unary("abs", m), g.const(float("inf"), m.dtype, m.shape))
+    shift = g.where(finite, m, g.const(0.0, m.dtype, m.shape))
+    _x_i, x_j, i_pos, j_pos = pairs(node, dim)
+    s = g.expand(g.reshape(shift, node.shape + (1,)), x_j.shape)
+    e = g.unary("exp", g.binary("sub", x_j, s))
+    e = g.where(g.binary("le", j_pos, i_pos), e, g.const(0.0, e.dtype, e.shape))
+    total = g.reshape(g.reduce("sum", e, (len(node.shape),)), node.shape)
+    out = g.binary("add", g.unary("log", total), shift)
+    return wrap(g.cast(out, out_dtype), x._storage.device)
+
