@@ -776,3 +776,30 @@ def test_equal_allclose_aminmax():
     check(lambda t: torch.amax(t, 0), empty)
     check(lambda t: torch.amax(t, (0, 0)), x)
     check(lambda t: -t, make((3,), torch.bool))
+
+
+SPECIAL = {
+    "i0": torch.i0, "i0e": torch.special.i0e, "i1": torch.special.i1, "i1e": torch.special.i1e,
+    "digamma": torch.digamma, "trigamma": lambda t: torch.polygamma(1, t),
+    "polygamma3": lambda t: torch.polygamma(3, t), "erfinv": lambda t: torch.erfinv(torch.tanh(t / 4)),
+    "signbit": torch.signbit, "angle": torch.angle, "frexp": torch.frexp,
+    "zeta": lambda t: torch.special.zeta(t.abs() + 1.5, t.abs() + 0.5),
+    "round3": lambda t: torch.round(t * 100, decimals=3), "round-2": lambda t: torch.round(t * 100, decimals=-2),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECIAL))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_special_functions(name, dtype):
+    x = make((4, 8), dtype, low=-20, high=20)
+    x[0, :6] = torch.tensor([0.0, -0.0, -3.0, 1e-3, float("nan"), float("inf")], dtype=dtype)
+    check(SPECIAL[name], x, rtol=1e-4 if dtype == torch.float32 else 1e-7, atol=1e-5)
+
+
+def test_gcd_lcm():
+    a, b = make((50,), torch.int64, low=-100, high=100), make((50,), torch.int64, seed=1, low=-100, high=100)
+    a[0] = b[0] = 0
+    for dtype in (torch.int32, torch.int64):
+        check(torch.gcd, a.to(dtype), b.to(dtype))
+        check(torch.lcm, a.to(dtype), b.to(dtype))
+    check(torch.gcd, a.float(), b.float())

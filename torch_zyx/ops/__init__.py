@@ -17,4 +17,5 @@ from . import (  # noqa: F401  (registration)
     scan,
     scatter,
     sort,
+    special,
 )

@@ -327,8 +327,34 @@ for _op, _sign, _rev in ((aten.add.Tensor, 1, False), (aten.add.Scalar, 1, False
 def div_mode(x, y, rounding_mode=None):
     if rounding_mode is None:
         return _compute(div, PROMOTE_INT_TO_FLOAT, [x, y])
+    if rounding_mode == "trunc":
+        compute, result = result_dtype(x, y)
+        if compute != result and compute.is_floating_point:
+            # ATen rounds the quotient to the (half) result dtype before truncating.
+            q = cast(div(operand(x, compute), operand(y, compute)), result)
+            return new(u("trunc", q), _device([x, y]))
     fn = trunc_div if rounding_mode == "trunc" else floor_div
     return _compute(fn, PROMOTE_DEFAULT, [x, y])
+
+
+@register(aten.round.decimals)
+def round_decimals(x, decimals=0):
+    compute, result = result_dtype(x)
+    node = operand(x, compute)
+    if not node.dtype.is_float or decimals == 0:
+        return new(cast(u("round", node) if node.dtype.is_float else node, result), _device([x]))
+    # ATen: round(x * 10^d) / 10^d, or round(x / 10^-d) * 10^-d for negative d.
+    scale = c(10.0 ** abs(decimals), node)
+    if decimals > 0:
+        out = div(u("round", mul(node, scale)), scale)
+    else:
+        out = mul(u("round", div(node, scale)), scale)
+    return new(cast(out, result), _device([x]))
+
+
+@register(torch.ops.prims.convert_element_type.default)
+def convert_element_type(x, dtype):
+    return new(cast(operand(x, x.dtype), dtype), _device([x]))
 
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
