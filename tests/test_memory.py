@@ -80,11 +80,26 @@ def test_event_table_takes_events_touching_a_buffer():
     table.record([1, 2], e1)
     table.record([3], e2)
     assert table.take([2]) == [e1]
-    assert table.take([1]) == []  # taken events are consumed
+    # Taking for buffer 2 must not hide the pending work from buffer 1 (same kernel): a
+    # pending event stays until it completes.
+    assert table.take([1]) == [e1]
     e2.set()
     assert table.take([3]) == []  # completed events need no wait
     table.record([4], Event())
+    assert len(table.take_all()) == 2  # e1 and the new one are pending
+    e1.set()
     assert len(table.take_all()) == 1
+
+
+def test_synchronize_waits_for_outputs_after_temporaries_are_freed():
+    # A kernel's event covers its temporaries and its output; freeing the temporaries at the
+    # end of realize must not drop the output's pending work from synchronize().
+    x = torch.randn(512, 1024, device="zyx")
+    for _ in range(3):
+        y = torch.softmax(x * 2, -1)
+        torch.zyx.synchronize()
+        assert not devices()[0].events.take_all()
+        torch.testing.assert_close(y.cpu(), torch.softmax(x.cpu() * 2, -1))
 
 
 def test_launch_event_waited_before_buffer_reuse():

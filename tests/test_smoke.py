@@ -1,7 +1,6 @@
 """End-to-end smoke test: a few ops on zyx equal the CPU results."""
 
 import torch
-
 from conftest import assert_close
 
 

@@ -14,7 +14,7 @@ _ids = itertools.count()
 
 
 class Buffer:
-    __slots__ = ("id", "device", "raw", "dtype", "numel", "__weakref__")
+    __slots__ = ("__weakref__", "device", "dtype", "id", "numel", "raw")
 
     def __init__(self, device, dtype: DType, numel: int):
         self.id = next(_ids)
@@ -36,8 +36,8 @@ class Buffer:
             return
         try:
             device.pool.free(self.raw, device.events.take([self.id]))
-        except Exception:  # interpreter shutdown: modules may already be gone
-            pass
+        except (AttributeError, TypeError):  # interpreter shutdown: modules may already be gone
+            return
 
     def __repr__(self) -> str:
         return f"<Buffer {self.id} {self.dtype} x{self.numel}>"

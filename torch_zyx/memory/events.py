@@ -8,7 +8,7 @@ and waits on them. A taken event is consumed.
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class Event:
@@ -56,29 +56,33 @@ class EventTable:
         # already holds the lock (GC runs at any allocation), which deadlocked a plain Lock.
         self._lock = threading.RLock()
 
+    def _prune(self) -> None:
+        """Forget completed events (lock held): only pending work needs waiting on."""
+        for key in [k for k, e in self._events.items() if e.is_done()]:
+            del self._events[key]
+
     def record(self, buffer_ids: Iterable[int], event: Event) -> None:
         key = frozenset(buffer_ids)
         with self._lock:
-            previous = self._events.pop(key, None)
-            if previous is not None and not previous.is_done():
-                # Same buffer set launched twice: the newer event follows the older one on
-                # the same stream, so waiting on the newer one covers both.
-                pass
+            self._prune()
+            # A pending event under the same key is superseded: the new work waited on it
+            # (its launch took it), so waiting on the new event covers both.
             self._events[key] = event
 
     def take(self, buffer_ids: Iterable[int]) -> list[Event]:
-        """Remove and return the events of every key that touches one of ``buffer_ids``."""
+        """The pending events of every key that touches one of ``buffer_ids``.
+
+        Unlike the seeds' table, a taken event stays until it completes: a kernel's event
+        covers all its buffers, and freeing or reading one of them must not hide the pending
+        work from the others (``synchronize`` or a later read of another buffer of the same
+        kernel would otherwise not wait).
+        """
         wanted = set(buffer_ids)
-        taken: list[Event] = []
         with self._lock:
-            for key in [k for k in self._events if not wanted.isdisjoint(k)]:
-                event = self._events.pop(key, None)
-                if event is not None and not event.is_done():
-                    taken.append(event)
-        return taken
+            self._prune()
+            return [e for k, e in self._events.items() if not wanted.isdisjoint(k)]
 
     def take_all(self) -> list[Event]:
         with self._lock:
-            taken = [e for e in self._events.values() if not e.is_done()]
-            self._events.clear()
-        return taken
+            self._prune()
+            return list(self._events.values())

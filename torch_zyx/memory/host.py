@@ -27,7 +27,7 @@ _ALIGN = 64
 class HostBuffer:
     """A 64-byte aligned block of host memory; ``ptr`` is its address."""
 
-    __slots__ = ("nbytes", "_storage", "ptr", "__weakref__")
+    __slots__ = ("__weakref__", "_storage", "nbytes", "ptr")
 
     def __init__(self, nbytes: int):
         self.nbytes = nbytes

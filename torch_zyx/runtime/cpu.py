@@ -66,7 +66,7 @@ class CPUProgram:
             try:
                 wait_all(wait_events)
                 self._fn(pointers, param_array, start, end)
-            except BaseException as exc:  # surfaced through the event
+            except BaseException as exc:  # noqa: BLE001  (any failure is surfaced through the event)
                 error = exc
             with lock:
                 remaining[0] -= 1
