@@ -19,6 +19,7 @@ Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/0
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from . import graph as g
@@ -95,7 +96,9 @@ class Kernelizer:
     def __init__(self, roots: list[Node], signature: GraphSignature):
         self.roots = roots
         self.sig = signature
-        self.order = signature.order
+        # The graph actually kernelized: the signature's graph after rewrites (the cache key
+        # stays the signature's, the rewrites are deterministic).
+        self.order = g.toposort(roots)
         self.rc: dict[int, int] = {}
         for node in self.order:
             for src in node.srcs:
@@ -161,7 +164,7 @@ class Kernelizer:
         kernels: list[ScheduledKernel] = []
         random_pos: dict[int, int] = {}
         ri = 0
-        for node in self.order:
+        for node in self.sig.order:  # parameter positions follow the signature's order
             if node.op == "RANDOM":
                 random_pos[id(node)] = ri
                 ri += 2
@@ -302,5 +305,49 @@ def _merge_into(kernel: ScheduledKernel, other: ScheduledKernel) -> None:
     kernel.depends |= other.depends
 
 
+# A reduce of at least this many elements into at most SPLIT_MAX_OUTPUTS outputs is split in
+# two: partial reduces over SPLIT_GROUPS groups (parallel over threads or work groups), then
+# a short reduce of the partials. Without it one thread (or one work group) does all the work.
+SPLIT_MIN_EXTENT = 1 << 15
+SPLIT_MAX_OUTPUTS = 16
+SPLIT_GROUPS = 256
+
+
+def _split_reduce(node: Node) -> Node:
+    rop, axes = node.arg
+    src = node.srcs[0]
+    extent = math.prod(src.shape[a] for a in axes)
+    if extent < SPLIT_MIN_EXTENT or node.numel > SPLIT_MAX_OUTPUTS:
+        return node
+    groups = SPLIT_GROUPS
+    while extent % groups:
+        groups //= 2
+    if groups < 16:
+        return node
+    keep = [i for i in range(len(src.shape)) if i not in axes]
+    kept = tuple(src.shape[i] for i in keep)
+    flat = g.reshape(g.permute(src, tuple(keep) + tuple(axes)), kept + (groups, extent // groups))
+    partial = g.reduce(rop, flat, (len(keep) + 1,))
+    # The permute after the partial reduce is a movement after a reduce: the partials are
+    # stored, so the two stages are two kernels.
+    swapped = g.permute(partial, tuple(range(len(keep))) + (len(keep) + 1, len(keep)))
+    total = g.reduce(rop, swapped, (len(keep) + 1,))
+    return g.reshape(total, node.shape)
+
+
+def rewrite(roots: list[Node]) -> list[Node]:
+    """The graph rewrites applied before kernelizing (one pass, sources before users)."""
+    new: dict[int, Node] = {}
+    for node in g.toposort(roots):
+        srcs = tuple(new[id(s)] for s in node.srcs)
+        out = node
+        if any(a is not b for a, b in zip(srcs, node.srcs)):
+            out = Node(node.op, node.arg, srcs, node.dtype, node.shape)
+        if out.op == "REDUCE":
+            out = _split_reduce(out)
+        new[id(node)] = out
+    return [new[id(r)] for r in roots]
+
+
 def kernelize(roots: list[Node], signature: GraphSignature) -> Schedule:
-    return Kernelizer(roots, signature).build()
+    return Kernelizer(rewrite(roots), signature).build()
