@@ -60,6 +60,8 @@ def index_select(x, dim, index):
 
 @register(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if weight.dim() != 2:
+        raise RuntimeError("'weight' must be 2-D")
     flat = g.cast(g.reshape(read(indices), (indices.numel(),)), dtypes.int64)
     out = _onehot_take(read(weight), 0, flat)
     return wrap(g.reshape(out, tuple(indices.shape) + (weight.shape[1],)), weight._storage.device)
@@ -107,8 +109,10 @@ def _gather_node(x: Node, dim: int, index: Node) -> Node:
 
 @register(aten.gather.default)
 def gather(x, dim, index, sparse_grad=False):
-    if index.dtype != torch.int64:
-        raise RuntimeError("gather(): Expected dtype int64 for index")
+    if index.dtype not in (torch.int64, torch.int32) and index.numel():
+        raise RuntimeError("gather(): Expected dtype int32/int64 for index")
+    if index.numel() == 0:  # ATen returns the empty result before checking ranks
+        return wrap(g.const(0, zdtype(x.dtype), tuple(index.shape)), x._storage.device)
     if index.dim() != x.dim() and x.dim() and index.dim():
         raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
     d = dim % max(x.dim(), 1)
@@ -129,8 +133,9 @@ def gather(x, dim, index, sparse_grad=False):
     return wrap(_gather_node(node, dim, idx), x._storage.device)
 
 
-def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -> Node:
-    """x with x[.., index[i], ..] (+)= src[i] along ``dim`` (one-hot over index's entries)."""
+def scatter_hits(x: Node, dim: int, index: Node, src: Node) -> tuple[Node, Node]:
+    """One-hot view of a scatter along ``dim``: (hit, src_w) of shape x.shape + (m,), m =
+    index.shape[dim]; hit[.., p, .., k] is true where entry k of index's row targets p."""
     n = x.shape[dim]
     nd = len(x.shape)
     m = index.shape[dim]
@@ -150,7 +155,15 @@ def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -
     src_w = g.expand(src_w, wide)
     pos = g.expand(g.reshape(g.binary("add", g.iota((n,)), g.const(1, dtypes.int64, (n,))),
                              (1,) * dim + (n,) + (1,) * (nd - dim - 1) + (1,)), wide)
-    hit = g.binary("eq", idx_w, pos)
+    return g.binary("eq", idx_w, pos), src_w
+
+
+def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -> Node:
+    """x with x[.., index[i], ..] (+)= src[i] along ``dim`` (one-hot over index's entries)."""
+    nd = len(x.shape)
+    m = index.shape[dim]
+    hit, src_w = scatter_hits(x, dim, index, src)
+    wide = hit.shape
     if not reduce_add:
         # Several entries writing one element: the last one wins (as PyTorch's CPU kernels),
         # so keep only the hit with the largest entry number.
@@ -190,13 +203,26 @@ def _scatter(x, dim, index, src, reduce_add):
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
 
 
+def _check_scatter(name, x, index, src):
+    if index.dtype != torch.int64:
+        raise RuntimeError(f"{name}(): Expected dtype int64 for index")
+    if isinstance(src, torch.Tensor) and src.dtype != x.dtype:
+        raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
+    if index.dim() and x.dim() and index.dim() != x.dim():
+        raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
+    if isinstance(src, torch.Tensor) and index.dim() and src.dim() and index.dim() != src.dim():
+        raise RuntimeError("Index tensor must have the same number of dimensions as src tensor")
+
+
 @register(aten.scatter.src, aten.scatter.value)
 def scatter(x, dim, index, src):
+    _check_scatter("scatter", x, index, src)
     return _scatter(x, dim, index, src, reduce_add=False)
 
 
 @register(aten.scatter_add.default)
 def scatter_add(x, dim, index, src):
+    _check_scatter("scatter_add", x, index, src)
     return _scatter(x, dim, index, src, reduce_add=True)
 
 
@@ -340,29 +366,45 @@ def _result_shape(shape, rest, position):
     return tuple(rest[:position]) + tuple(shape) + tuple(rest[position:])
 
 
-@register(aten.nonzero.default)
-def nonzero(x):
-    """Positions of non-zero entries, shape (count, ndim). The count is a data-dependent shape:
-    it is realized (DESIGN.md lists that as a realization trigger); the positions stay lazy."""
-    node = g.reshape(g.cast(read(x), dtypes.bool_), (x.numel(),))
-    n = x.numel()
-    as_int = g.cast(node, dtypes.int64)
-    count = int(wrap(g.reshape(g.reduce("sum", as_int, (0,)), ()), x._storage.device).item()) if n else 0
-    if count == 0 or x.dim() == 0:
-        return wrap(g.const(0, dtypes.int64, (count, x.dim())), x._storage.device)
-    # rank[j] = number of true entries up to and including j; entry k is the j with rank k+1.
+def inclusive_count(flag: Node) -> Node:
+    """rank[j] = number of true entries of 1-D bool ``flag`` up to and including j (int64)."""
+    n = flag.shape[0]
+    as_int = g.cast(flag, dtypes.int64)
     wide = (n, n)
     rows = g.expand(g.reshape(g.iota((n,)), (n, 1)), wide)
     cols = g.expand(g.reshape(g.iota((n,)), (1, n)), wide)
     upto = g.where(g.binary("le", cols, rows), g.expand(g.reshape(as_int, (1, n)), wide),
                    g.const(0, dtypes.int64, wide))
-    rank = g.reshape(g.reduce("sum", upto, (1,)), (n,))
+    return g.reshape(g.reduce("sum", upto, (1,)), (n,))
+
+
+def true_positions(flag: Node, device) -> tuple[int, Node | None]:
+    """(count, positions) of the true entries of 1-D bool ``flag``. The count is a
+    data-dependent shape: it is realized (DESIGN.md lists that as a realization trigger);
+    the positions stay lazy."""
+    n = flag.shape[0]
+    as_int = g.cast(flag, dtypes.int64)
+    count = int(wrap(g.reshape(g.reduce("sum", as_int, (0,)), ()), device).item()) if n else 0
+    if count == 0:
+        return 0, None
+    rank = inclusive_count(flag)
+    # entry k is the j with rank k+1 that is itself true.
     wide = (count, n)
     k = g.expand(g.reshape(g.binary("add", g.iota((count,)), g.const(1, dtypes.int64, (count,))), (count, 1)), wide)
     hit = g.binary("and", g.binary("eq", g.expand(g.reshape(rank, (1, n)), wide), k),
-                   g.expand(g.reshape(node, (1, n)), wide))
+                   g.expand(g.reshape(flag, (1, n)), wide))
     pos = g.expand(g.reshape(g.iota((n,)), (1, n)), wide)
-    flat = g.reshape(g.reduce("sum", g.where(hit, pos, g.const(0, dtypes.int64, wide)), (1,)), (count,))
+    return count, g.reshape(g.reduce("sum", g.where(hit, pos, g.const(0, dtypes.int64, wide)), (1,)), (count,))
+
+
+@register(aten.nonzero.default)
+def nonzero(x):
+    """Positions of non-zero entries, shape (count, ndim) (the count is realized)."""
+    node = g.reshape(g.cast(read(x), dtypes.bool_), (x.numel(),))
+    count, flat = true_positions(node, x._storage.device)
+    if count == 0 or x.dim() == 0:
+        return wrap(g.const(0, dtypes.int64, (count, x.dim())), x._storage.device)
+    n = x.numel()
     coords = []
     stride = n
     for size in x.shape:

@@ -30,7 +30,7 @@ def matmul_nodes(a: Node, b: Node) -> Node:
     bt = g.permute(b, tuple(range(nb)) + (nb + 1, nb))
     b3 = g.expand(g.reshape(bt, batch + (1, n, k)), batch + (m, n, k))
     if k == 0:
-        return g.const(0, a.dtype, batch + (m, n))
+        return g.const(0, _acc(a).dtype, batch + (m, n))
     prod = g.binary("mul", _acc(a3), _acc(b3))
     return g.reshape(g.reduce("sum", prod, (nb + 2,)), batch + (m, n))
 

@@ -117,6 +117,18 @@ def flip(x, dims):
 def roll(x, shifts, dims=()):
     shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]
     dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    if not shifts:
+        raise RuntimeError("`shifts` required")
+    if dims and len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    if not dims and len(shifts) != 1:
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    for d in dims:
+        if x.dim() == 0:
+            raise IndexError(f"Dimension specified as {d} but tensor has no dimensions")
+        if not -x.dim() <= d < x.dim():
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-x.dim()}, {x.dim() - 1}], "
+                             f"but got {d})")
     node = read(x)
     if not dims:
         flat = g.reshape(node, (node.numel,))
@@ -159,3 +171,45 @@ def constant_pad_nd(x, pad, value=0):
         inside = g.pad(g.const(True, dtypes.bool_, node.shape), tuple(padding))
         padded = g.where(inside, padded, g.const(value, node.dtype, padded.shape))
     return wrap(padded, x._storage.device)
+
+
+def _scatter_into_view(x, src, view) -> ZyxTensor:
+    """A copy of ``x`` with the region ``view(x)`` (a view op applied to a contiguous copy)
+    replaced by ``src``: one SETVIEW on the flattened value, no index arithmetic."""
+    meta = view(torch.empty(tuple(x.shape), dtype=x.dtype, device="meta"))
+    if tuple(src.shape) != tuple(meta.shape):
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
+                           f"{list(src.shape)}, slice size = {list(meta.shape)}")
+    n = x.numel()
+    base = g.reshape(read(x), (n,))
+    value = cast(read(src), x.dtype)
+    if meta.numel():
+        base = g.setview(base, value, tuple(meta.shape), tuple(meta.stride()), meta.storage_offset())
+    return wrap(g.reshape(base, tuple(x.shape)), x._storage.device)
+
+
+@register(aten.as_strided_scatter.default)
+def as_strided_scatter(x, src, size, stride, storage_offset=None):
+    offset = storage_offset or 0
+    itemsize = x.element_size()
+    needed = (offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))) if all(size) else 0
+    if needed > x.numel():
+        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and "
+                           f"itemsize {itemsize} requiring a storage size of {needed * itemsize} are out of "
+                           f"bounds for storage of size {x.numel() * itemsize}")
+    return _scatter_into_view(x, src, lambda m: m.as_strided(size, stride, storage_offset))
+
+
+@register(aten.diagonal_scatter.default)
+def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    return _scatter_into_view(x, src, lambda m: m.diagonal(offset, dim1, dim2))
+
+
+@register(aten.select_scatter.default)
+def select_scatter(x, src, dim, index):
+    return _scatter_into_view(x, src, lambda m: m.select(dim, index))
+
+
+@register(aten.slice_scatter.default)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    return _scatter_into_view(x, src, lambda m: aten.slice.Tensor(m, dim, start, end, step))
