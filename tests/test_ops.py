@@ -803,3 +803,8 @@ def test_gcd_lcm():
         check(torch.gcd, a.to(dtype), b.to(dtype))
         check(torch.lcm, a.to(dtype), b.to(dtype))
     check(torch.gcd, a.float(), b.float())
+
+
+def test_equal_zero_dim():
+    check(lambda a, b: torch.equal(a, b), torch.tensor(1.5), torch.tensor(2.5))
+    check(lambda a, b: torch.equal(a, b), torch.tensor(1.5), torch.tensor(1.5))

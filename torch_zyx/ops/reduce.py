@@ -333,8 +333,11 @@ def _truth(node: Node, device) -> bool:
 
 
 def _all_of(cond: Node) -> Node:
-    return g.reduce("min", cond, tuple(range(len(cond.shape)))) if cond.shape and cond.numel else \
-        g.const(True, dtypes.bool_, (1,) * len(cond.shape))
+    if not cond.shape:
+        return cond
+    if cond.numel == 0:
+        return g.const(True, dtypes.bool_, (1,) * len(cond.shape))
+    return g.reduce("min", cond, tuple(range(len(cond.shape))))
 
 
 @register(aten.equal.default)
