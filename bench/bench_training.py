@@ -1,0 +1,119 @@
+"""Training benchmarks: one optimizer step of an MLP, and a transformer layer forward+backward,
+on zyx and on CPU torch eager in the same process, with the zyx/CPU time ratio against a target.
+
+Run ``python bench/bench_training.py`` (``--markdown`` prints the README table, ``--quick``
+uses smaller shapes for a smoke run). Each case is warmed up first (kernels compiled and
+cached, the schedule cached: a training loop's steady state), then timed as the median of
+several steps. zyx steps end with ``torch.zyx.synchronize()`` (every kernel finished, as
+``torch.cuda.synchronize()`` in GPU benchmarks); CPU torch eager is synchronous.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+from torch import nn
+
+import torch_zyx  # noqa: F401  (registers the zyx device)
+
+
+def _median_time(step, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _mlp_step_fn(model, device, batch):
+    model = copy.deepcopy(model).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 784, generator=gen).to(device)
+    y = torch.randint(0, 10, (batch,), generator=gen).to(device)
+
+    def step():
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        if device == "zyx":
+            torch.zyx.synchronize()
+        return loss
+
+    return step
+
+
+def _transformer_fn(layer, device, batch, seq, d_model):
+    layer = copy.deepcopy(layer).to(device)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, seq, d_model, generator=gen).to(device)
+
+    def step():
+        for p in layer.parameters():
+            p.grad = None
+        out = layer(x)
+        out.square().mean().backward()
+        if device == "zyx":
+            torch.zyx.synchronize()
+        return out
+
+    return step
+
+
+def bench(make_step, repeats: int, warmup: int) -> tuple[float, float, float]:
+    """(zyx seconds, CPU seconds, warm-up seconds of zyx including compilation)."""
+    zyx_step, cpu_step = make_step("zyx"), make_step("cpu")
+    start = time.perf_counter()
+    for _ in range(warmup):
+        zyx_step()
+    warm = time.perf_counter() - start
+    for _ in range(warmup):
+        cpu_step()
+    # Same model, data and number of steps: the next step must give the same loss on both (a
+    # fast wrong answer must never show up as a win).
+    torch.testing.assert_close(zyx_step().detach().cpu(), cpu_step().detach(), rtol=1e-3, atol=1e-3)
+    return _median_time(zyx_step, repeats), _median_time(cpu_step, repeats), warm
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small shapes (smoke run)")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    hidden, batch = (64, 32) if args.quick else (512, 256)
+    mlp = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                        nn.Linear(hidden, 10))
+    d, heads, seq, tbatch = (32, 4, 16, 2) if args.quick else (512, 8, 256, 8)
+    layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+    cases = [
+        (f"MLP 784-{hidden}-{hidden}-10 Adam step, batch {batch}", 1.5,
+         lambda dev: _mlp_step_fn(mlp, dev, batch)),
+        (f"TransformerEncoderLayer d={d} h={heads} seq={seq} batch={tbatch} fwd+bwd", 2.0,
+         lambda dev: _transformer_fn(layer, dev, tbatch, seq, d)),
+    ]
+    rows = []
+    for name, target, make_step in cases:
+        t_zyx, t_cpu, warm = bench(make_step, args.repeats, warmup=3)
+        rows.append((name, t_zyx, t_cpu, t_zyx / t_cpu, target, warm))
+    if args.markdown:
+        print("| case | zyx ms | CPU torch ms | zyx/CPU | target | zyx warm-up s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, tz, tc, ratio, target, warm in rows:
+            mark = "met" if ratio <= target else "not met"
+            print(f"| {name} | {tz * 1e3:.1f} | {tc * 1e3:.1f} | {ratio:.2f}x | <= {target}x ({mark}) | {warm:.1f} |")
+    else:
+        for name, tz, tc, ratio, target, warm in rows:
+            print(f"{name:70s} zyx {tz * 1e3:9.1f} ms  cpu {tc * 1e3:9.1f} ms  ratio {ratio:5.2f}x "
+                  f"(target <= {target}x)  warm-up {warm:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
