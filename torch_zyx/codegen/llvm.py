@@ -422,13 +422,15 @@ class LLVMRenderer:
         self.lines.append(f"{exit_}:")
 
 
-# Loop metadata by "may vectorize": !0 marks invariant loads, !2/!4 are loop properties.
+# Loop metadata by "may vectorize": !0 marks invariant loads, !2/!4/!5 are loop properties
+# (a loop that must not vectorize is not unrolled either).
 LOOP_METADATA = {True: "!1", False: "!3"}
 METADATA = '''!0 = !{}
 !1 = distinct !{!1, !2}
 !2 = !{!"llvm.loop.mustprogress"}
-!3 = distinct !{!3, !2, !4}
+!3 = distinct !{!3, !2, !4, !5}
 !4 = !{!"llvm.loop.vectorize.enable", i1 false}
+!5 = !{!"llvm.loop.unroll.disable"}
 '''
 
 
