@@ -124,3 +124,39 @@ def test_gather_int32_index():
     x = torch.randn(4, 3)
     index = torch.tensor([[0, 3, 1]], dtype=torch.int32)
     same(lambda a, i: torch.gather(a, 0, i), x, index)
+
+
+def test_repeat_interleave_tensor():
+    same(lambda r: torch.repeat_interleave(r), torch.tensor([2, 0, 3, 1]))
+    same(lambda x, r: torch.repeat_interleave(x, r, dim=0), torch.randn(3, 2), torch.tensor([1, 3, 2]))
+
+
+def test_embedding_max_norm_renorms_in_place():
+    torch.manual_seed(6)
+    weight = torch.randn(6, 3) * 3
+    idx = torch.tensor([[0, 2], [2, 5]])
+    zw = weight.to("zyx")
+    out = torch.nn.functional.embedding(idx.to("zyx"), zw, max_norm=1.0)
+    expected = torch.nn.functional.embedding(idx, weight, max_norm=1.0)
+    torch.testing.assert_close(out.cpu(), expected)
+    torch.testing.assert_close(zw.cpu(), weight)  # renorm writes the used rows back
+
+
+def test_bilinear_and_empty_batch_grad():
+    torch.manual_seed(7)
+    for batch in (4, 0):
+        a, b = torch.randn(batch, 3, requires_grad=True), torch.randn(batch, 4, requires_grad=True)
+        w = torch.randn(5, 3, 4, requires_grad=True)
+        grad = torch.randn(batch, 5)
+        expected = torch.autograd.grad(torch.nn.functional.bilinear(a, b, w), [a, b, w], grad)
+        za, zb, zw = (t.detach().to("zyx").requires_grad_() for t in (a, b, w))
+        got = torch.autograd.grad(torch.nn.functional.bilinear(za, zb, zw), [za, zb, zw], grad.to("zyx"))
+        for e, z in zip(expected, got):
+            torch.testing.assert_close(z.cpu(), e)
+
+
+def test_empty_output_reduce_launches_nothing():
+    # A (0, N) reduce result once launched N iterations into a 0-byte buffer (heap corruption).
+    x = torch.randn(0, 5, 3)
+    same(lambda t: t.sum(2), x)
+    same(lambda a, b: a @ b, torch.ones(0, 5, dtype=torch.int64), torch.ones(5, 10, dtype=torch.int64))

@@ -12,7 +12,7 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import ZyxTensor, from_cpu, read, wrap, zdtype
+from ..tensor import ZyxTensor, from_cpu, read, wrap, write, zdtype
 from .registry import aten, operand, register
 
 
@@ -65,6 +65,38 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     flat = g.cast(g.reshape(read(indices), (indices.numel(),)), dtypes.int64)
     out = _onehot_take(read(weight), 0, flat)
     return wrap(g.reshape(out, tuple(indices.shape) + (weight.shape[1],)), weight._storage.device)
+
+
+@register(aten.embedding_renorm_.default)
+def embedding_renorm_(weight, indices, max_norm, norm_type):
+    """Rows of ``weight`` named in ``indices`` whose ``norm_type``-norm exceeds ``max_norm`` are
+    scaled down to it (in place; ATen's 1e-7 guard). A row is "named" when any index equals it:
+    a one-hot any-reduce, so duplicates need no host-side unique()."""
+    w = read(weight)
+    rows, cols = w.shape
+    acc = dtypes.float32 if w.dtype in (dtypes.float16, dtypes.bfloat16) else w.dtype
+    wf = g.cast(w, acc)
+    flat = g.reshape(g.cast(read(indices), dtypes.int64), (indices.numel(),))
+    m = indices.numel()
+    wide = (rows, m)
+    named = g.binary("eq", g.expand(g.reshape(g.iota((rows,)), (rows, 1)), wide),
+                     g.expand(g.reshape(flat, (1, m)), wide))
+    named = g.reduce("max", named, (1,)) if m else g.const(False, dtypes.bool_, (rows, 1))
+    a = g.unary("abs", wf)
+    if norm_type == 1:
+        norm = g.reduce("sum", a, (1,))
+    elif norm_type == 2:
+        norm = g.unary("sqrt", g.reduce("sum", g.binary("mul", a, a), (1,)))
+    else:
+        p = g.const(float(norm_type), acc, a.shape)
+        norm = g.reduce("sum", g.binary("pow", a, p), (1,))
+        norm = g.binary("pow", norm, g.const(1.0 / norm_type, acc, norm.shape))
+    over = g.binary("and", named, g.binary("lt", g.const(max_norm, acc, norm.shape), norm))
+    scale = g.binary("div", g.const(max_norm, acc, norm.shape),
+                     g.binary("add", norm, g.const(1e-7, acc, norm.shape)))
+    scale = g.where(over, scale, g.const(1.0, acc, norm.shape))
+    write(weight, g.cast(g.binary("mul", wf, g.expand(scale, (rows, cols))), w.dtype))
+    return weight
 
 
 @register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)

@@ -7,6 +7,8 @@ turns the reduce into a register-tiled loop. Half types accumulate in float32.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import dtypes
@@ -29,7 +31,9 @@ def matmul_nodes(a: Node, b: Node) -> Node:
     a3 = g.expand(g.reshape(a, batch + (m, 1, k)), batch + (m, n, k))
     bt = g.permute(b, tuple(range(nb)) + (nb + 1, nb))
     b3 = g.expand(g.reshape(bt, batch + (1, n, k)), batch + (m, n, k))
-    if k == 0:
+    if k == 0 or m * n * math.prod(batch) == 0:
+        # Nothing to reduce or nothing to compute: a constant (an empty output must not become a
+        # kernel: the launcher was seen writing a (0, N) result's N elements into a 0-byte buffer).
         return g.const(0, _acc(a).dtype, batch + (m, n))
     prod = g.binary("mul", _acc(a3), _acc(b3))
     return g.reshape(g.reduce("sum", prod, (nb + 2,)), batch + (m, n))
@@ -129,3 +133,27 @@ def dot(a, b):
 
 def _name(dtype: torch.dtype) -> str:
     return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long"}.get(dtype, str(dtype))
+
+
+@register(aten._trilinear.default)
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """``(i1 ⊗ i2 ⊗ i3)`` summed over ``sumdim`` (nn.functional.bilinear): each input gets size-1
+    axes at its ``expand`` dims, the three broadcast-multiply, one reduce (fuses into a kernel)."""
+    nodes = []
+    for t, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
+        n = _acc(read(t))
+        shape = list(n.shape)
+        for d in sorted(expand):
+            shape.insert(d, 1)
+        nodes.append(g.reshape(n, tuple(shape)))
+    shape = tuple(torch.broadcast_shapes(*(n.shape for n in nodes)))
+    a, b, c = (g.expand(n, shape) for n in nodes)
+    prod = g.binary("mul", g.binary("mul", a, b), c)
+    sumdim = sorted({d % len(shape) for d in sumdim})
+    out_shape = tuple(s for i, s in enumerate(shape) if i not in sumdim)
+    if sumdim:
+        if any(shape[d] == 0 for d in sumdim):
+            prod = g.const(0, prod.dtype, out_shape)
+        else:
+            prod = g.reshape(g.reduce("sum", prod, tuple(sumdim)), out_shape)
+    return wrap(g.cast(prod, zdtype(i1.dtype)), i1._storage.device)

@@ -265,3 +265,29 @@ def index_copy(x, dim, index, source):
     node, d, idx, src = _index_dim_source(x, dim, index, source, "index_copy")
     out = _scatter_node(node, d, idx, src, False)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
+
+
+@register(aten.repeat_interleave.Tensor)
+def repeat_interleave(repeats, output_size=None):
+    """[i repeated repeats[i] times]: out[k] = number of i whose running total ends at or
+    before k. The total is the output's size: ``output_size`` or one realized sum."""
+    if repeats.dim() > 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError("repeats has to be Long or Int tensor")
+    device = repeats._storage.device
+    n = repeats.numel()
+    r = g.reshape(g.cast(read(repeats), dtypes.int64), (n,))
+    total = output_size
+    if total is None:
+        total = int(wrap(g.reshape(g.reduce("sum", r, (0,)), ()), device).item()) if n else 0
+    if total == 0 or n == 0:
+        return wrap(g.const(0, dtypes.int64, (total,)), device)
+    rows = g.expand(g.reshape(g.iota((n,)), (n, 1)), (n, n))
+    cols = g.expand(g.reshape(g.iota((n,)), (1, n)), (n, n))
+    ends = g.reduce("sum", g.where(g.binary("le", cols, rows), g.expand(g.reshape(r, (1, n)), (n, n)),
+                                   g.const(0, dtypes.int64, (n, n))), (1,))
+    wide = (total, n)
+    k = g.expand(g.reshape(g.iota((total,)), (total, 1)), wide)
+    done = g.binary("le", g.expand(g.reshape(ends, (1, n)), wide), k)
+    return wrap(g.reshape(g.reduce("sum", g.cast(done, dtypes.int64), (1,)), (total,)), device)
