@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp
 # Pinned on purpose: a loose `torch` requirement resolves to a multi-GB CUDA build.
 TORCH_VERSION := 2.13.0
 
-.PHONY: venv demo test test-ops opinfo-expected bench lint ocl clean
+.PHONY: venv demo test test-opencl test-ops opinfo-expected bench lint ocl clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,15 @@ ocl: venv
 
 test: venv ocl
 	$(VPY) -m pytest -n auto -q tests
+	$(MAKE) --no-print-directory test-opencl
+
+# The unit, fusion, semantics and op tests again with an OpenCL device (PoCL here) as zyx:0;
+# skipped, with the reason, when no OpenCL platform is available.
+test-opencl: venv ocl
+	@if $(VPY) -c "import pyopencl as cl; assert cl.get_platforms()" >/dev/null 2>&1; then \
+	  ZYX_BACKENDS=opencl $(VPY) -m pytest -n auto -q tests/test_smoke.py tests/test_fusion.py \
+	    tests/test_semantics.py tests/test_ops.py; \
+	else echo "test-opencl: skipped: no OpenCL platform (pyopencl or an ICD is missing)"; fi
 
 # `make test` runs a deterministic ~1/12 slice of the OpInfo tests; this runs all of them and
 # prints the pass rates (tests/opinfo_report.py) from the recorded outcomes.
