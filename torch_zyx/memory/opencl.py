@@ -10,13 +10,11 @@ any other event is waited on by the host first.
 from __future__ import annotations
 
 import ctypes
-import threading
-from collections import defaultdict
 
 import pyopencl as cl
 
-from ..config import CONFIG, DEBUG_ALLOCATIONS
 from .events import Event
+from .pool import CachingPool
 
 
 class CLEvent(Event):
@@ -76,62 +74,25 @@ class CLBuffer:
         self.nbytes, self.mem = nbytes, mem
 
 
-class OpenCLPool:
+class OpenCLPool(CachingPool):
     name = "opencl"
+    out_of_memory_errors = (cl.MemoryError, MemoryError)
 
     def __init__(self, context, queue):
+        super().__init__()
         self.context, self.queue = context, queue
-        self._cache: dict[int, list[CLBuffer]] = defaultdict(list)
-        # Reentrant: a Buffer freed by the garbage collector inside allocate() takes it again.
-        self._lock = threading.RLock()
-        self.allocated = 0  # bytes held by live buffers (not counting the cache)
-        self.max_allocated = 0
-        self.reserved = 0  # live + cached
-        self._pending: list[tuple[CLBuffer, list[Event]]] = []
         # Async host→device copies whose host memory must stay alive: (event, keepalive).
         self._inflight: list[tuple[Event, object]] = []
 
+    def _new_buffer(self, nbytes: int) -> CLBuffer:
+        return CLBuffer(nbytes, cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(nbytes, 1)))
+
+    def _release_buffer(self, buffer: CLBuffer) -> None:
+        buffer.mem.release()
+
     def _sweep(self) -> None:
-        """Move freed buffers whose pending work finished into the cache (lock held)."""
-        still = []
-        for buffer, events in self._pending:
-            if all(e.is_done() for e in events):
-                self._cache[buffer.nbytes].append(buffer)
-            else:
-                still.append((buffer, events))
-        self._pending = still
+        super()._sweep()
         self._inflight = [(e, keep) for e, keep in self._inflight if not e.is_done()]
-
-    def allocate(self, nbytes: int) -> tuple[CLBuffer, Event | None]:
-        with self._lock:
-            self._sweep()
-            cached = self._cache.get(nbytes)
-            buffer = cached.pop() if cached else None
-            if buffer is None:
-                try:
-                    mem = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))
-                except cl.MemoryError:
-                    self._release_cache()  # out of device memory: give the cached buffers back
-                    mem = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(nbytes, 1))
-                buffer = CLBuffer(nbytes, mem)
-                self.reserved += nbytes
-            self.allocated += nbytes
-            self.max_allocated = max(self.max_allocated, self.allocated)
-        if CONFIG.debug & DEBUG_ALLOCATIONS:
-            print(f"zyx alloc opencl {nbytes} B (live {self.allocated} B)")
-        return buffer, None
-
-    def free(self, buffer: CLBuffer, wait_events: list[Event]) -> None:
-        # Reuse must not overtake pending work on the buffer: it waits in ``_pending`` until
-        # its events complete; the caller never blocks.
-        with self._lock:
-            self.allocated -= buffer.nbytes
-            if any(not e.is_done() for e in wait_events):
-                self._pending.append((buffer, wait_events))
-            else:
-                self._cache[buffer.nbytes].append(buffer)
-        if CONFIG.debug & DEBUG_ALLOCATIONS:
-            print(f"zyx free opencl {buffer.nbytes} B (live {self.allocated} B)")
 
     def host_to_pool(self, src_ptr: int, nbytes: int, keepalive, buffer: CLBuffer,
                      wait_events: list[Event]) -> Event:
@@ -150,19 +111,3 @@ class OpenCLPool:
         wait_for = cl_wait_list(wait_events, self.context)
         cl.enqueue_copy(self.queue, host_view(out_ptr, nbytes), buffer.mem, is_blocking=True,
                         wait_for=wait_for or None)
-
-    def sync(self, events: list[Event]) -> None:
-        for event in events:
-            event.wait()
-
-    def _release_cache(self) -> None:
-        for buffers in self._cache.values():
-            for buffer in buffers:
-                self.reserved -= buffer.nbytes
-                buffer.mem.release()
-        self._cache.clear()
-
-    def empty_cache(self) -> None:
-        with self._lock:
-            self._sweep()
-            self._release_cache()

@@ -4,3 +4,13 @@ Every runtime module has the same small surface: a ``Device`` with ``name``, ``c
 source) → program``, ``pool`` (its memory pool), and programs called as
 ``program.launch(buffers, params, global_size, wait_events) → Event``.
 """
+
+
+class CompileError(RuntimeError):
+    """A kernel failed to compile: carries the source, the compiler's log and how to reproduce."""
+
+    def __init__(self, name: str, source: str, message: str, reproduce: str):
+        numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(source.splitlines()))
+        super().__init__(f"zyx: compiling kernel {name} failed:\n{message}\n--- source ---\n{numbered}\n"
+                         f"--- reproduce: {reproduce} ---")
+        self.source, self.log = source, message

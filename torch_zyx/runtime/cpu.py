@@ -20,23 +20,13 @@ import llvmlite.binding as llvm
 from ..config import CONFIG, DEBUG_COMPILE
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
+from . import CompileError
 
 log = logging.getLogger("torch_zyx")
 
 _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 # Below this many scalar operations a launch runs on the calling thread: waking the pool costs more.
 _SERIAL_WORK = 1 << 15
-
-
-class CompileError(RuntimeError):
-    """A kernel failed to compile; carries the source and the compiler's message."""
-
-    def __init__(self, name: str, source: str, message: str):
-        numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(source.splitlines()))
-        super().__init__(
-            f"zyx: compiling kernel {name} failed:\n{message}\n--- source ---\n{numbered}\n"
-            f"--- reproduce: save the source to k.ll and run `llc -O3 k.ll` ---")
-        self.source, self.log = source, message
 
 
 class CPUProgram:
@@ -120,7 +110,8 @@ class CPUDevice:
                 module = llvm.parse_assembly(source)
                 module.verify()
             except RuntimeError as exc:
-                raise CompileError(name, source, str(exc)) from None
+                raise CompileError(name, source, str(exc),
+                                   "save the source to k.ll and run `llc -O3 k.ll`") from None
             module.triple = self.triple
             cached = cached_object.read_bytes() if CONFIG.disk_cache and cached_object.exists() else None
             if cached is None:

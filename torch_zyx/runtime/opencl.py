@@ -18,23 +18,13 @@ import pyopencl as cl
 
 from ..memory.events import Event
 from ..memory.opencl import CLEvent, OpenCLPool, cl_wait_list
+from . import CompileError
 
 log = logging.getLogger("torch_zyx")
 
 # Work items per work group on GPUs; CPU drivers (PoCL) prefer larger groups they vectorize.
 _GPU_LOCAL = 256
 _CPU_LOCAL = 1024
-
-
-class CompileError(RuntimeError):
-    """A kernel failed to build; carries the source and the OpenCL build log."""
-
-    def __init__(self, name: str, source: str, message: str):
-        numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(source.splitlines()))
-        super().__init__(
-            f"zyx: compiling OpenCL kernel {name} failed:\n{message}\n--- source ---\n{numbered}\n"
-            f"--- reproduce: save the source to k.cl and build it with clinfo/pyopencl ---")
-        self.source, self.log = source, message
 
 
 class OpenCLProgram:
@@ -108,7 +98,8 @@ class OpenCLDevice:
         try:
             program = cl.Program(self.context, source).build()
         except cl.RuntimeError as exc:
-            raise CompileError(name, source, str(exc)) from None
+            raise CompileError(name, source, str(exc),
+                               "save the source to k.cl and build it with pyopencl or clinfo") from None
         return OpenCLProgram(self, name, getattr(program, name), source)
 
 

@@ -1,0 +1,115 @@
+"""The caching pool every device's memory pool builds on: free-buffer cache, event-aware reuse,
+accounting, and the out-of-memory retry.
+
+A device pool (memory/host.py, memory/opencl.py) supplies ``_new_buffer(nbytes)``,
+``_release_buffer(buffer)`` and the copies; this base keeps freed buffers until the events
+of the work still using them complete (ASYNC EVENT RULES), then hands them out again for the
+same size, as PyTorch's caching allocators do. ``allocated`` / ``max_allocated`` /
+``reserved`` are what ``torch.zyx.memory_allocated()`` and friends report.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+from ..config import CONFIG, DEBUG_ALLOCATIONS
+from .events import Event, wait_all
+
+
+class PoolOutOfMemory(MemoryError):
+    """The device has no memory left even after the pool's cache was released."""
+
+
+class CachingPool:
+    name = "pool"
+    # The exception a device raises when an allocation does not fit.
+    out_of_memory_errors: tuple[type[BaseException], ...] = (MemoryError,)
+
+    def __init__(self):
+        self._cache: dict[int, list] = defaultdict(list)
+        # Re-entrant: the garbage collector can free a Buffer (which calls free()) while this
+        # thread is inside allocate() holding the lock.
+        self._lock = threading.RLock()
+        self.allocated = 0  # bytes held by live buffers (not counting the cache)
+        self.max_allocated = 0
+        self.reserved = 0  # live + cached
+        self._pending: list[tuple[object, list[Event]]] = []
+
+    # --------------------------------------------------------------- device-specific parts
+
+    def _new_buffer(self, nbytes: int):
+        raise NotImplementedError
+
+    def _release_buffer(self, buffer) -> None:
+        """Give a cached buffer's memory back to the device (plain Python memory: nothing)."""
+
+    # --------------------------------------------------------------- shared surface
+
+    def _sweep(self) -> None:
+        """Move freed buffers whose pending work finished into the cache (lock held)."""
+        still = []
+        for buffer, events in self._pending:
+            if all(e.is_done() for e in events):
+                self._cache[buffer.nbytes].append(buffer)
+            else:
+                still.append((buffer, events))
+        self._pending = still
+
+    def allocate(self, nbytes: int) -> tuple[object, Event | None]:
+        with self._lock:
+            self._sweep()
+            cached = self._cache.get(nbytes)
+            buffer = cached.pop() if cached else None
+            if buffer is None:
+                buffer = self._allocate_new(nbytes)
+                self.reserved += nbytes
+            self.allocated += nbytes
+            self.max_allocated = max(self.max_allocated, self.allocated)
+        if CONFIG.debug & DEBUG_ALLOCATIONS:
+            print(f"zyx alloc {self.name} {nbytes} B (live {self.allocated} B)")
+        return buffer, None
+
+    def _allocate_new(self, nbytes: int):
+        try:
+            return self._new_buffer(nbytes)
+        except self.out_of_memory_errors:
+            # Out of memory: give the cached buffers back (waiting for pending frees) and retry
+            # once; nothing already computed is lost.
+            self._release_cache(wait_pending=True)
+            try:
+                return self._new_buffer(nbytes)
+            except self.out_of_memory_errors as exc:
+                raise PoolOutOfMemory(
+                    f"zyx: {self.name} pool out of memory allocating {nbytes} B "
+                    f"({self.allocated} B allocated, {self.reserved} B reserved)") from exc
+
+    def free(self, buffer, wait_events: list[Event]) -> None:
+        # Reuse must not overtake pending work on the buffer: until its events complete the
+        # buffer waits in ``_pending``; the caller never blocks.
+        with self._lock:
+            self.allocated -= buffer.nbytes
+            if any(not e.is_done() for e in wait_events):
+                self._pending.append((buffer, wait_events))
+            else:
+                self._cache[buffer.nbytes].append(buffer)
+        if CONFIG.debug & DEBUG_ALLOCATIONS:
+            print(f"zyx free {self.name} {buffer.nbytes} B (live {self.allocated} B)")
+
+    def sync(self, events: list[Event]) -> None:
+        wait_all(events)
+
+    def _release_cache(self, wait_pending: bool = False) -> None:
+        if wait_pending:
+            for _buffer, events in self._pending:
+                wait_all(events)
+        self._sweep()
+        for buffers in self._cache.values():
+            for buffer in buffers:
+                self.reserved -= buffer.nbytes
+                self._release_buffer(buffer)
+        self._cache.clear()
+
+    def empty_cache(self) -> None:
+        with self._lock:
+            self._release_cache()
