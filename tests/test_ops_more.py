@@ -160,3 +160,13 @@ def test_empty_output_reduce_launches_nothing():
     x = torch.randn(0, 5, 3)
     same(lambda t: t.sum(2), x)
     same(lambda a, b: a @ b, torch.ones(0, 5, dtype=torch.int64), torch.ones(5, 10, dtype=torch.int64))
+
+
+def test_scatter_int32_index_and_reduce_arg():
+    x = torch.zeros(3, 5)
+    index = torch.tensor([[0, 1, 2], [2, 2, 0]], dtype=torch.int32)
+    src = torch.arange(1.0, 7.0).reshape(2, 3)
+    same(lambda a, i, s: a.scatter(0, i, s), x, index, src)
+    same(lambda a, i, s: a.scatter_add(0, i, s), x, index, src)
+    same(lambda a, i, s: (a + 2).scatter(0, i, s, reduce="multiply"), x, index, src)
+    same(lambda a, i: a.scatter(0, i, 1.5, reduce="add"), x, index)

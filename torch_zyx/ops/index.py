@@ -236,8 +236,8 @@ def _scatter(x, dim, index, src, reduce_add):
 
 
 def _check_scatter(name, x, index, src):
-    if index.dtype != torch.int64:
-        raise RuntimeError(f"{name}(): Expected dtype int64 for index")
+    if index.dtype not in (torch.int64, torch.int32) and index.numel():  # empty: any dtype, a no-op
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
     if isinstance(src, torch.Tensor) and src.dtype != x.dtype:
         raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
     if index.dim() and x.dim() and index.dim() != x.dim():

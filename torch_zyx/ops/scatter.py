@@ -76,8 +76,8 @@ def _check_reduce(reduce: str, name: str, allowed=_REDUCES) -> None:
 @register(aten.scatter_reduce.two)
 def scatter_reduce(x, dim, index, src, reduce, include_self=True):
     _check_reduce(reduce, "reduce")
-    if index.dtype != torch.int64:
-        raise RuntimeError("scatter_reduce(): Expected dtype int64 for index")
+    if index.dtype not in (torch.int64, torch.int32) and index.numel():
+        raise RuntimeError("scatter_reduce(): Expected dtype int32/int64 for index")
     if src.dtype != x.dtype:
         raise RuntimeError(f"scatter_reduce(): Expected self.dtype to be equal to src.dtype but got "
                            f"{x.dtype} and {src.dtype}")
@@ -291,3 +291,22 @@ def repeat_interleave(repeats, output_size=None):
     k = g.expand(g.reshape(g.iota((total,)), (total, 1)), wide)
     done = g.binary("le", g.expand(g.reshape(ends, (1, n)), wide), k)
     return wrap(g.reshape(g.reduce("sum", g.cast(done, dtypes.int64), (1,)), (total,)), device)
+
+
+@register(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_with_reduce(x, dim, index, src, reduce):
+    """The older ``scatter(..., reduce="add"|"multiply")``: scatter_reduce including self."""
+    if reduce not in ("add", "multiply"):
+        raise RuntimeError(f"reduce argument must be either add or multiply. Got {reduce}")
+    if index.dtype not in (torch.int64, torch.int32) and index.numel():
+        raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
+    node = read(x)
+    if index.numel() == 0:
+        return wrap(node, x._storage.device)
+    idx = g.cast(read(index), dtypes.int64)
+    s = g.cast(read(src), node.dtype) if isinstance(src, torch.Tensor) else g.const(src, node.dtype, idx.shape)
+    if not node.shape:
+        node, idx, s = g.reshape(node, (1,)), g.reshape(idx, (1,)), g.reshape(s, (1,))
+    dim = dim % max(x.dim(), 1)
+    out = scatter_reduce_node(node, dim, idx, s, "sum" if reduce == "add" else "prod", True)
+    return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
