@@ -240,6 +240,8 @@ def _check_scatter(name, x, index, src):
         raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
     if isinstance(src, torch.Tensor) and src.dtype != x.dtype:
         raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
+    if index.numel() == 0:  # ATen returns early for an empty index, before the rank checks
+        return
     if index.dim() and x.dim() and index.dim() != x.dim():
         raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
     if isinstance(src, torch.Tensor) and index.dim() and src.dim() and index.dim() != src.dim():
