@@ -313,6 +313,22 @@ def native_dropout(x, p, train):
     return wrap(out, device), wrap(keep, device)
 
 
+@register(aten.randperm.generator_out, aten.randperm.out)
+def randperm_out(n, generator=None, *, out):
+    # The rank of each of n random keys is a uniform random permutation: rank i = how many keys
+    # sort before key i (ties broken by position), one comparison-counting reduce.
+    u = uniform_node((n,), out._storage.device)
+    col, row = g.expand(g.reshape(u, (1, n)), (n, n)), g.expand(g.reshape(u, (n, 1)), (n, n))
+    pos = g.iota((n,))
+    before = g.binary("lt", g.expand(g.reshape(pos, (1, n)), (n, n)), g.expand(g.reshape(pos, (n, 1)), (n, n)))
+    less = g.binary("or", g.binary("lt", col, row), g.binary("and", g.binary("eq", col, row), before))
+    rank = g.reduce("sum", g.cast(less, dtypes.int64), (1,)) if n else g.const(0, dtypes.int64, (0, 1))
+    if tuple(out.shape) != (n,):
+        out.resize_((n,))
+    write(out, g.reshape(rank, (n,)))
+    return out
+
+
 @register(aten.native_dropout_backward.default)
 def native_dropout_backward(grad, mask, scale):
     gn = read(grad)

@@ -20,7 +20,8 @@ def check_dim(x, dim: int) -> int:
     """``dim`` normalized for ``x`` (a 0-d tensor accepts 0 and -1), IndexError like ATen."""
     nd = max(x.dim(), 1)
     if not -nd <= dim < nd:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {dim})")
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
+                         f"but got {dim})")
     return dim % nd
 
 

@@ -223,7 +223,8 @@ def mode(x, dim=-1, keepdim=False):
     candidates = g.where(g.binary("eq", freq, best), c, g.const(highest(c.dtype), c.dtype, c.shape))
     value = g.reduce("min", candidates, (dim,))
     n = c.shape[dim]
-    positions = g.expand(g.reshape(g.iota((n,)), tuple(n if a == dim else 1 for a in range(len(c.shape)))), c.shape)
+    along = tuple(n if a == dim else 1 for a in range(len(c.shape)))
+    positions = g.expand(g.reshape(g.iota((n,)), along), c.shape)
     at = _ties(c, g.expand(value, c.shape))
     index = g.reduce("max", g.where(at, positions, g.const(-1, dtypes.int64, c.shape)), (dim,))
     dev = x._storage.device
