@@ -170,3 +170,26 @@ def test_fallback_runs_on_cpu_and_counts(counters):
     det = torch.linalg.det(x.to("zyx"))
     assert_close(det, torch.linalg.det(x), rtol=1e-4, atol=1e-4)
 
+
+
+def test_forked_child_can_launch_kernels():
+    # The CPU runtime's thread pool does not survive fork(); the child must get its own, or a
+    # large launch waits forever (this hung forked OpInfo tests).
+    import os
+
+    x = torch.randn(1 << 20, device="zyx")
+    expected = (x.cpu() * 3 + 1).relu().sum()
+    assert (x * 2).sum().item() != 0  # the parent's pool threads exist now
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            value = (x * 3 + 1).relu().sum().item()
+            ok = abs(value - expected.item()) <= 1e-3 * abs(expected.item())
+        finally:
+            os.write(write_end, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read_end, 1) == b"1" and status == 0

@@ -85,10 +85,17 @@ class CPUDevice:
             reloc="pic", codemodel="default")
         self.threads = CONFIG.threads
         self.executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="zyx-cpu")
+        # A forked child (DataLoader workers, forking test runners) inherits the executor but
+        # not its threads: submitted chunks would wait forever. Give the child a fresh one.
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
         self.pool = HostPool()
         self._cache_dir = CONFIG.cache_dir / "llvm"
         self._lock = threading.Lock()
         self.vector_bits = 512 if "+avx512f" in llvm.get_host_cpu_features().flatten() else 256
+
+    def _after_fork_in_child(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="zyx-cpu")
+        self._lock = threading.Lock()
 
     def describe(self) -> str:
         return f"cpu: {llvm.get_host_cpu_name()} ({self.threads} threads, LLVM)"
