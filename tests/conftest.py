@@ -5,6 +5,12 @@ import torch
 
 import torch_zyx
 
+# CPU torch computes the reference results single-threaded: GNU OpenMP is not fork-safe, and
+# test_opinfo.py forks each test; a child of a process whose OpenMP pool exists hangs in its
+# first parallel region (seen: mkl fft in gomp_team_barrier_wait_end). zyx's own CPU runtime
+# uses its own thread pool, which is rebuilt after fork.
+torch.set_num_threads(1)
+
 
 @pytest.fixture
 def counters():
