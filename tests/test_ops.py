@@ -781,7 +781,9 @@ def test_equal_allclose_aminmax():
 SPECIAL = {
     "i0": torch.i0, "i0e": torch.special.i0e, "i1": torch.special.i1, "i1e": torch.special.i1e,
     "digamma": torch.digamma, "trigamma": lambda t: torch.polygamma(1, t),
-    "polygamma3": lambda t: torch.polygamma(3, t), "erfinv": lambda t: torch.erfinv(torch.tanh(t / 4)),
+    "polygamma3": lambda t: torch.polygamma(3, t),
+    # Off the poles at ±1, where a 1-ulp difference in tanh (OpenCL's vs CPU's) gives inf.
+    "erfinv": lambda t: torch.erfinv(torch.tanh(t / 4) * 0.99),
     "signbit": torch.signbit, "angle": torch.angle, "frexp": torch.frexp,
     "zeta": lambda t: torch.special.zeta(t.abs() + 1.5, t.abs() + 0.5),
     "round3": lambda t: torch.round(t * 100, decimals=3), "round-2": lambda t: torch.round(t * 100, decimals=-2),
