@@ -9,6 +9,8 @@ true mask entries is realized, everything else stays lazy.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import dtypes
@@ -122,21 +124,19 @@ def index_reduce(x, dim, index, source, reduce, include_self=True):
 
 
 def _flat_bool_mask(x, mask, name: str):
+    """x and the bool mask broadcast together: (mask node, x node, element count)."""
     if mask.dtype != torch.bool:
         raise RuntimeError(f"{name}: expected BoolTensor for mask")
     shape = broadcast_shape(tuple(x.shape), tuple(mask.shape))
     m = g.reshape(read(mask), (1,) * (len(shape) - mask.dim()) + tuple(mask.shape))
-    return shape, g.expand(m, shape)
+    node = read(x)
+    node = g.expand(g.reshape(node, (1,) * (len(shape) - x.dim()) + node.shape), shape)
+    return g.expand(m, shape), node, math.prod(shape)
 
 
 @register(aten.masked_select.default)
 def masked_select(x, mask):
-    shape, m = _flat_bool_mask(x, mask, "masked_select")
-    node = read(x)
-    node = g.expand(g.reshape(node, (1,) * (len(shape) - x.dim()) + node.shape), shape)
-    total = 1
-    for s in shape:
-        total *= s
+    m, node, total = _flat_bool_mask(x, mask, "masked_select")
     count, positions = true_positions(g.reshape(m, (total,)), x._storage.device)
     if count == 0:
         return wrap(g.const(0, node.dtype, (0,)), x._storage.device)
@@ -150,12 +150,7 @@ def masked_scatter(x, mask, source):
                            f"{x.dtype} and {source.dtype}")
     # Out of place, self and mask broadcast together (the in-place form keeps self's shape:
     # dispatch rejects a different result shape).
-    shape, m = _flat_bool_mask(x, mask, "masked_scatter_")
-    node = read(x)
-    node = g.expand(g.reshape(node, (1,) * (len(shape) - x.dim()) + node.shape), shape)
-    total = 1
-    for s in shape:
-        total *= s
+    m, node, total = _flat_bool_mask(x, mask, "masked_scatter_")
     if total == 0 or source.numel() == 0:
         return wrap(node, x._storage.device)
     flag = g.reshape(m, (total,))
@@ -165,7 +160,7 @@ def masked_scatter(x, mask, source):
                  g.const(source.numel() - 1, dtypes.int64, (total,)))
     taken = _onehot_take(g.reshape(read(source), (source.numel(),)), 0, k)
     out = g.where(flag, taken, g.reshape(node, (total,)))
-    return wrap(g.reshape(out, tuple(shape)), x._storage.device)
+    return wrap(g.reshape(out, node.shape), x._storage.device)
 
 
 @register(aten.put.default)
@@ -197,15 +192,9 @@ def masked_scatter_backward(grad, mask, sizes):
     """Gradient of masked_scatter's source: grad at the k-th true mask position goes to entry k
     of the (flattened) source, zeros past the mask's count. Built as an add-scatter keyed by
     each position's rank, so the count never has to be known on the host."""
-    shape, m = _flat_bool_mask(grad, mask, "masked_scatter_backward")
-    total = 1
-    for s in shape:
-        total *= s
-    numel = 1
-    for s in sizes:
-        numel *= s
-    gnode = read(grad)
-    gnode = g.reshape(g.expand(g.reshape(gnode, (1,) * (len(shape) - grad.dim()) + gnode.shape), shape), (total,))
+    m, gnode, total = _flat_bool_mask(grad, mask, "masked_scatter_backward")
+    numel = math.prod(sizes)
+    gnode = g.reshape(gnode, (total,))
     zero = g.const(0, gnode.dtype, (numel,))
     if total == 0 or numel == 0:
         return wrap(g.reshape(zero, tuple(sizes)), grad._storage.device)
