@@ -123,6 +123,7 @@ class Lowerer:
         self.scopes: list[dict] = [{}]
         self.var_count = 0
         self.plain_loops = False  # set for upcast kernels: no loop vectorizing or unrolling
+        self.stand_ins = 0  # names for loop variables stood in for while hoisting reduces
         self.flops = 0
 
     # ------------------------------------------------------------------ instruction helpers
@@ -292,19 +293,24 @@ class Lowerer:
         src = node.srcs[0]
         dtype = node.dtype
         accs = [self.add("ACC", dtype, (), _reduce_init(rop, dtype), pure=False) for _ in lanes]
-        ranges, vars_ = [], []
-        for axis in axes:
-            var = self.new_var(src.shape[axis])
-            vars_.append(var)
-            # With several lanes the lanes are the vector (SLP); vectorizing the reduce loop
-            # itself would gather strided operands instead.
-            ranges.append(self.open_range(var, 0, src.shape[axis], vectorize=len(lanes) == 1))
+        vars_ = [self.new_var(src.shape[axis]) for axis in axes]
         src_lanes = []
         for lane in lanes:
             dims = list(lane.dims)
             for axis, var in zip(axes, vars_):
                 dims[axis] = var
             src_lanes.append(Index(src.shape, tuple(dims), valid=lane.valid))
+        # Reduces inside this one that do not depend on its loop (softmax's max inside the sum
+        # of exp(x - max)) run once before it, not once per iteration.
+        inner = frozenset(var.name for var in vars_)
+        seen: dict = {}
+        for lane in src_lanes:
+            self.hoist(src, lane, inner, seen)
+        ranges = []
+        for axis, var in zip(axes, vars_):
+            # With several lanes the lanes are the vector (SLP); vectorizing the reduce loop
+            # itself would gather strided operands instead.
+            ranges.append(self.open_range(var, 0, src.shape[axis], vectorize=len(lanes) == 1))
         values = self.emit(src, src_lanes)
         for acc, value in zip(accs, values):
             current = self.add("ACC_GET", dtype, (acc,), pure=False)
@@ -320,12 +326,9 @@ class Lowerer:
         rop, axes = node.arg
         src, dtype, group, lid = node.srcs[0], node.dtype, self.group, self.lid
         total = math.prod(src.shape[a] for a in axes)
-        acc = self.add("ACC", dtype, (), _reduce_init(rop, dtype), pure=False)
         step = self.new_var(-(-total // group))
-        rng = self.open_range(step, 0, -(-total // group))
         # Item ``lid`` takes elements lid, lid + group, ...: a group reads contiguous memory.
         flat = sym.add(sym.mul(step, group), lid)
-        tail = self.open_if(sym.lt(flat, total)) if total % group else None
         dims = list(lane.dims)
         inner = 1
         for n, axis in enumerate(reversed(axes)):
@@ -334,8 +337,15 @@ class Lowerer:
             # The outermost axis needs no wrap: the tail guard keeps ``flat`` below ``total``.
             dims[axis] = sym.Num(0) if size == 1 else part if n == len(axes) - 1 else sym.mod(part, size)
             inner *= size
+        src_lane = Index(src.shape, tuple(dims), valid=lane.valid)
+        # Reduces inside this one that do not depend on its elements run first, each by the
+        # whole group (softmax's max before the sum of exp(x - max)).
+        self.hoist(src, src_lane, frozenset((step.name, lid.name)), {})
+        acc = self.add("ACC", dtype, (), _reduce_init(rop, dtype), pure=False)
+        rng = self.open_range(step, 0, -(-total // group))
+        tail = self.open_if(sym.lt(flat, total)) if total % group else None
         self.reduce_depth += 1
-        (value,) = self.emit(src, [Index(src.shape, tuple(dims), valid=lane.valid)])
+        (value,) = self.emit(src, [src_lane])
         self.reduce_depth -= 1
         current = self.add("ACC_GET", dtype, (acc,), pure=False)
         self.add("ACC_SET", None, (acc, self.add("ALU", dtype, (current, value), "r" + rop, pure=False)),
@@ -360,6 +370,57 @@ class Lowerer:
             self.add("BARRIER", None, (), pure=False)
             half //= 2
         return self.add("LOAD", dtype, (shared, self.index(sym.Num(0))), pure=False)
+
+    def hoist(self, node: Node, idx: Index, inner: frozenset, seen: dict, emit: bool = True) -> bool:
+        """Emit, here (before the loops over the variables named in ``inner`` open), every
+        reduce under ``node`` whose index does not use those variables, innermost first; the
+        reduce memo then finds them inside the loops. Returns whether every reduce reached
+        outside other reduces is such a reduce (``emit`` False: only that answer)."""
+        key = (id(node), idx.key())
+        if key in seen:
+            return seen[key]
+        op = node.op
+        ok = True
+        if op == "REDUCE":
+            src = node.srcs[0]
+            dims = list(idx.dims)
+            names = set(inner)
+            for axis in node.arg[1]:
+                # A stand-in for the reduce's own loop variable: reduces under this one that
+                # use it stay inside its loop.
+                self.stand_ins += 1
+                var = sym.Var(f"h{self.stand_ins}", 0, src.shape[axis] - 1)
+                dims[axis] = var
+                names.add(var.name)
+            self.hoist(src, Index(src.shape, tuple(dims), valid=idx.valid), frozenset(names), seen, emit)
+            ok = not _uses_vars(idx.key(), inner)
+            if ok and emit:
+                self.emit(node, [idx])
+        elif op in g.MOVEMENT:
+            ok = self.hoist(node.srcs[0], self.move(node, idx), inner, seen, emit)
+        elif op not in ("LOAD", "CONST", "IOTA", "RANDOM"):
+            results = [self.hoist(s, idx, inner, seen, emit) for s in node.srcs]
+            ok = all(results)
+        seen[key] = ok
+        return ok
+
+    def row_split(self, shape: tuple[int, ...]) -> int:
+        """For a kernel with reduces: the fewest leading output axes ``k`` such that every
+        reduce reached outside other reduces depends on axes ``< k`` only (the kernelizer fuses
+        row reductions so: softmax, layer norm), with elements left for the inner loops; 0 if
+        none (each output computes its own reduces: matmul-shaped kernels)."""
+        outer = [sym.Var(f"o{a}", 0, max(s - 1, 0)) for a, s in enumerate(shape)]
+        for k in range(1, len(shape)):
+            if math.prod(shape[k:]) <= 1 or 0 in shape:
+                break
+            inner = [sym.Var(f"i{a}", 0, shape[a] - 1) for a in range(k, len(shape))]
+            names = frozenset(v.name for v in inner)
+            idx = Index(shape, tuple(outer[:k]) + tuple(inner))
+            seen: dict = {}
+            results = [self.hoist(store.value, idx, names, seen, emit=False) for store in self.kernel.stores]
+            if all(results):
+                return k
+        return 0
 
     def emit_random(self, node: Node, idx: Index) -> int:
         """Counter-based uniform [0, 1): splitmix64(seed ^ (offset + flat index))."""
@@ -393,11 +454,14 @@ class Lowerer:
         if reduces and opts.group_size > 1 and inner_work >= opts.group_min_reduce \
                 and numel <= opts.group_max_outputs:
             group_size = opts.few_group_size if numel <= opts.few_outputs else opts.group_size
+        split = self.row_split(shape) if reduces and not group_size else 0
         if group_size > 1:
             global_size = self.lower_grouped(shape, group_size)
+        elif split:
+            global_size = self.lower_rows(shape, split)
         elif not reduces and opts.row_loops and len(shape) >= 2 and shape[-1] >= _ROW_LOOP_MIN \
                 and numel > shape[-1]:
-            global_size = self.lower_rows(shape)
+            global_size = self.lower_rows(shape, len(shape) - 1)
         elif not reduces:
             var = sym.Var("gidx", 0, max(numel - 1, 0))
             rng = self.open_range(var, "start", "end")
@@ -424,21 +488,33 @@ class Lowerer:
         self.close_range(rng)
         return numel
 
-    def lower_rows(self, shape: tuple[int, ...]) -> int:
-        """Elementwise kernel as rows × columns: values broadcast along a row (softmax's max,
-        a bias) are loop-invariant in the inner loop instead of a division per element."""
-        width = shape[-1]
-        rows = math.prod(shape[:-1])
-        row = sym.Var("grow", 0, rows - 1)
+    def lower_rows(self, shape: tuple[int, ...], split: int) -> int:
+        """The kernel as rows (axes before ``split``, split across threads) × inner loops over
+        the other axes. Values broadcast along a row (softmax's max, a bias) are
+        loop-invariant in the inner loops instead of a division per element; reduces over a
+        row (softmax, layer norm) run once per row before the inner loops, each a loop over
+        the row of its own, like ATen's row kernels (the row stays in cache between them)."""
+        rows = math.prod(shape[:split])
+        row = sym.Var("grow", 0, max(rows - 1, 0))
         outer = self.open_range(row, "start", "end")
-        col = self.new_var(width)
-        inner = self.open_range(col, 0, width)
-        row_index = Index(shape[:-1], linear=row)
-        dims = row_index.dims + (col,)
-        self.emit_stores([Index(shape, dims, linear=sym.add(sym.mul(row, width), col))])
-        self.close_range(inner)
+        inner_vars = [self.new_var(s) if s > 1 else None for s in shape[split:]]
+        dims = Index(shape[:split], linear=row).dims + tuple(v if v is not None else sym.Num(0)
+                                                            for v in inner_vars)
+        width = math.prod(shape[split:])
+        linear: Expr = sym.mul(row, width)
+        for d, st in zip(dims[split:], g.contiguous_strides(shape[split:])):
+            linear = sym.add(linear, sym.mul(d, st))
+        lane = Index(shape, dims, linear=linear)
+        names = frozenset(v.name for v in inner_vars if v is not None)
+        seen: dict = {}
+        for store in self.kernel.stores:
+            self.hoist(store.value, lane, names, seen)
+        ranges = [self.open_range(v, 0, v.vmax + 1) for v in inner_vars if v is not None]
+        self.emit_stores([lane])
+        for rng in reversed(ranges):
+            self.close_range(rng)
         self.close_range(outer)
-        return rows
+        return 0 if 0 in shape else rows
 
     def lower_reduce_kernel(self, shape: tuple[int, ...]) -> int:
         axes = [i for i, s in enumerate(shape) if s > 1]
@@ -497,6 +573,15 @@ class Lowerer:
                 self.add("STORE", None, (buf, self.index(target), value), pure=False)
             if single is not None:
                 self.close_if(single)
+
+
+def _uses_vars(key: tuple, names: frozenset) -> bool:
+    """Whether a symbolic key (``Expr.key`` / ``Index.key``) mentions a variable in ``names``."""
+    if not names:
+        return False
+    if len(key) >= 2 and key[0] == "v" and key[1] in names:
+        return True
+    return any(isinstance(part, tuple) and _uses_vars(part, names) for part in key)
 
 
 def _is_unit_reshape(src_shape, shape) -> bool:

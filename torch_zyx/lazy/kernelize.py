@@ -12,7 +12,14 @@ Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/0
     removing size-1 axes) first stores the reduce's value, as does an expand or growing pad
     of an expensive computed value;
   * a reduce appends to its input's kernel (elementwise work before and after it fuses);
-  * a value used several times is duplicated when cheap and stored when it follows a reduce;
+  * a reduce over trailing axes broadcast back over them ("row reduce": softmax's max and sum,
+    layer norm's statistics) is not stored: its consumers over the same rows share its kernel,
+    where lowering runs it once per row before the row's elementwise loop (one kernel for
+    softmax, like ATen's row kernels). It is stored after all when a reduce over a row axis,
+    a reduce of another shape in the same value, or a row reduce of another row split would
+    otherwise recompute it per element;
+  * a value used several times is duplicated when cheap and stored when it follows a reduce
+    (values after row reduces are duplicated: the row reduce runs once per row anyway);
   * kernels with the same iteration space and no dependency between them merge into one
     kernel that stores several outputs.
 """
@@ -28,6 +35,10 @@ from .graph import Node
 # A computed value expanded (broadcast) is recomputed per output element; past this many
 # arithmetic ops it is cheaper to store it once.
 _EXPAND_RECOMPUTE_OPS = 3
+# Row reduces fuse into their consumers only over at least this many rows (the rows are what
+# runs in parallel), or when the whole value is small enough to run on one thread anyway.
+_ROW_FUSE_MIN_ROWS = 16
+_ROW_FUSE_SMALL = 1 << 15
 
 
 @dataclass
@@ -43,6 +54,9 @@ class ScheduledKernel:
     slots: list[tuple[str, int]]  # ("in", i) input buffer i, ("tmp", j) temp j
     params: list[int]  # indices into the graph's random parameters
     depends: set[int] = field(default_factory=set)  # indices of earlier kernels
+    # 0: no reduce outside other reduces; k > 0: its reduces are row reduces over axes >= k
+    # (lowered as rows); -1: reduces computed per output (they cannot share a kernel with rows).
+    fusion: int = 0
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -105,13 +119,20 @@ class Kernelizer:
                 self.rc[id(src)] = self.rc.get(id(src), 0) + 1
         for root in roots:
             self.rc[id(root)] = self.rc.get(id(root), 0) + 1
-        # Values read by something other than elementwise ops (movement, reduce, a store).
+        # Values read by something other than elementwise ops (movement, reduce, a store), and
+        # those readers (None: a root).
         self.read_by_non_elementwise: set[int] = {id(r) for r in roots}
+        self.non_elementwise_readers: dict[int, list] = {id(r): [None] for r in roots}
         for node in self.order:
             if node.op not in g.ELEMENTWISE:
-                self.read_by_non_elementwise.update(id(s) for s in node.srcs)
+                for s in node.srcs:
+                    self.read_by_non_elementwise.add(id(s))
+                    self.non_elementwise_readers.setdefault(id(s), []).append(node)
         self.stored: set[int] = set()
-        self.has_reduce: dict[int, bool] = {}
+        # Per value, its reduces not stored: ``direct`` those computed at the value's own index,
+        # ``row_reduces`` the row expands (id → (expand node, k)) its row reduces come through.
+        self.direct: dict[int, bool] = {}
+        self.row_reduces: dict[int, dict[int, tuple[Node, int]]] = {}
         self.alu_ops: dict[int, int] = {}
 
     # ------------------------------------------------------------------ decide stores
@@ -121,42 +142,141 @@ class Kernelizer:
         if node.op == "BUFFER" or cheap_leaf or id(node) in self.stored:
             return
         self.stored.add(id(node))
-        self.has_reduce[id(node)] = False
+        self.direct[id(node)] = False
+        self.row_reduces[id(node)] = {}
         self.alu_ops[id(node)] = 0
+
+    def _rows(self, node: Node) -> dict[int, tuple[Node, int]]:
+        """The row expands still fused into ``node`` (the source of one may be stored since)."""
+        return {key: (e, k) for key, (e, k) in self.row_reduces.get(id(node), {}).items()
+                if id(e.srcs[0]) not in self.stored}
+
+    def _has_reduce(self, node: Node) -> bool:
+        return self.direct.get(id(node), False) or bool(self._rows(node))
+
+    def _unfuse(self, rows) -> None:
+        for expand, _k in rows:
+            self._mark_store(expand.srcs[0])
+
+    def _row_split(self, node: Node) -> int:
+        """For an EXPAND of a value with reduces: ``k`` when it broadcasts exactly the axes from
+        ``k`` on, sized 1 in the value (a row reduce broadcast over its rows); 0 otherwise."""
+        src = node.srcs[0]
+        if not self.direct[id(src)] or self._rows(src):
+            return 0
+        grown = [i for i, (a, b) in enumerate(zip(src.shape, node.shape)) if a != b]
+        if not grown:
+            return 0
+        k = grown[0]
+        if k == 0 or any(src.shape[i] != 1 for i in range(k, len(src.shape))):
+            return 0
+        rows = math.prod(node.shape[:k])
+        if rows < _ROW_FUSE_MIN_ROWS and node.numel > _ROW_FUSE_SMALL:
+            return 0
+        return k
+
+    def _summarize(self, node: Node, row_split: int) -> None:
+        """``direct``/``row_reduces`` of ``node`` from its sources not stored."""
+        srcs = [s for s in node.srcs if id(s) not in self.stored]
+        if node.op == "REDUCE":
+            self.direct[id(node)], self.row_reduces[id(node)] = True, {}
+        elif row_split:
+            self.direct[id(node)], self.row_reduces[id(node)] = False, {id(node): (node, row_split)}
+        else:
+            self.direct[id(node)] = any(self.direct[id(s)] for s in srcs)
+            rows: dict[int, tuple[Node, int]] = {}
+            for s in srcs:
+                rows.update(self._rows(s))
+            self.row_reduces[id(node)] = rows
 
     def decide_stores(self) -> None:
         # A root that only reshapes a value stores that value: a contiguous buffer reshapes for free.
         root_ids = {id(_unreshaped(r)) for r in self.roots}
         for node in self.order:
             srcs = node.srcs
+            row_split = 0
             if node.op in g.MOVEMENT:
                 src = srcs[0]
                 trivial = node.op == "RESHAPE" and is_trivial_reshape(node)
-                if self.has_reduce[id(src)] and not trivial:
+                if node.op == "EXPAND" and self._has_reduce(src):
+                    row_split = self._row_split(node)
+                if trivial:
+                    # Axis numbers change: the row split would no longer say which axes are rows.
+                    self._unfuse(self._rows(src).values())
+                if row_split:
+                    pass  # the row reduce stays in its consumers' kernel, once per row
+                elif self._has_reduce(src) and not trivial:
                     self._mark_store(src)
                 grows = node.op == "EXPAND" or (node.op == "PAD" and node.numel > src.numel)
-                if grows and self.alu_ops[id(src)] > _EXPAND_RECOMPUTE_OPS:
+                if grows and not row_split and self.alu_ops[id(src)] > _EXPAND_RECOMPUTE_OPS:
                     self._mark_store(src)
+            elif node.op == "REDUCE":
+                # A reduce over a row axis of a row reduce's broadcast would recompute that row
+                # reduce per element it reads: store the row reduce (layer norm's mean read by
+                # the weight gradient's sum over rows).
+                axes = node.arg[1]
+                self._unfuse(v for v in self._rows(srcs[0]).values() if min(axes) < v[1])
+            elif node.op in g.ELEMENTWISE:
+                rows = {}
+                for src in srcs:
+                    if id(src) not in self.stored:
+                        rows.update(self._rows(src))
+                direct = any(self.direct[id(s)] for s in srcs if id(s) not in self.stored)
+                # One kernel computes either per-output reduces or row reduces of one row split.
+                if direct:
+                    self._unfuse(rows.values())
+                elif rows:
+                    top = max(k for _e, k in rows.values())
+                    self._unfuse(v for v in rows.values() if v[1] != top)
             for src in srcs:
                 # A reduce result used several times is stored, unless every user is
-                # elementwise: then all uses read it at the same index, in kernels of the same
-                # shape that merge, where lowering computes the reduce once.
-                if (self.rc[id(src)] > 1 and self.has_reduce.get(id(src))
-                        and id(src) in self.read_by_non_elementwise):
+                # elementwise or a row expand: then all uses read it at the same index, in
+                # kernels of the same shape that merge, where lowering computes the reduce once.
+                # Values after row reduces are recomputed instead (the row reduce itself runs
+                # once per row).
+                if (self.rc[id(src)] > 1 and self.direct.get(id(src))
+                        and id(src) in self.read_by_non_elementwise
+                        and not all(r is not None and r.op == "EXPAND" and self._row_split(r)
+                                    for r in self.non_elementwise_readers[id(src)])):
                     self._mark_store(src)
             if node.op == "SETVIEW":
                 self._mark_store(node)
-            self.has_reduce[id(node)] = node.op == "REDUCE" or any(
-                self.has_reduce[id(s)] for s in srcs if id(s) not in self.stored)
+            self._summarize(node, row_split)
             own = 1 if node.op in g.ELEMENTWISE or node.op in ("REDUCE", "RANDOM") else 0
             self.alu_ops[id(node)] = own + sum(self.alu_ops[id(s)] for s in srcs if id(s) not in self.stored)
             if id(node) in root_ids:
                 self._mark_store(node, root=True)
 
+    def fusion_of(self, node: Node) -> int:
+        """``ScheduledKernel.fusion`` of a kernel storing ``node`` (see there)."""
+        if self.direct_final.get(id(node)):
+            return -1
+        rows = self.rows_final.get(id(node))
+        return max((k for _e, k in rows.values()), default=0) if rows else 0
+
+    def final_summaries(self) -> None:
+        """Reduce summaries with every store decided (stores made late change earlier ones)."""
+        self.direct_final: dict[int, bool] = {}
+        self.rows_final: dict[int, dict] = {}
+        for node in self.order:
+            srcs = [s for s in node.srcs if id(s) not in self.stored]
+            if node.op == "REDUCE":
+                direct, rows = True, {}
+            elif node.op == "EXPAND" and self.row_reduces.get(id(node), {}).get(id(node)) \
+                    and id(node.srcs[0]) not in self.stored:
+                direct, rows = False, {id(node): self.row_reduces[id(node)][id(node)]}
+            else:
+                direct = any(self.direct_final[id(s)] for s in srcs)
+                rows = {}
+                for s in srcs:
+                    rows.update(self.rows_final[id(s)])
+            self.direct_final[id(node)], self.rows_final[id(node)] = direct, rows
+
     # ------------------------------------------------------------------ build kernels
 
     def build(self) -> Schedule:
         self.decide_stores()
+        self.final_summaries()
         input_pos = {id(b): i for i, b in enumerate(self.sig.buffers)}
         temp_of: dict[int, int] = {}
         temps: list[tuple] = []
@@ -169,7 +289,7 @@ class Kernelizer:
                 random_pos[id(node)] = ri
                 ri += 2
 
-        def new_kernel(stores_spec: list[tuple[int, Node, tuple | None]]) -> ScheduledKernel:
+        def new_kernel(stores_spec: list[tuple[int, Node, tuple | None]], fusion: int) -> ScheduledKernel:
             slots: list[tuple[str, int]] = []
             slot_of: dict[tuple[str, int], int] = {}
             params: list[int] = []
@@ -207,7 +327,7 @@ class Kernelizer:
                 slot(("tmp", target))
                 stores.append(KernelStore(target, ast(value, top=view is None and id(value) in self.stored
                                                       and temp_of.get(id(value)) == target), view))
-            return ScheduledKernel(stores, slots, params, depends)
+            return ScheduledKernel(stores, slots, params, depends, fusion)
 
         def emit(kernel: ScheduledKernel, merge: bool) -> None:
             index = len(kernels)
@@ -216,8 +336,10 @@ class Kernelizer:
                     other = kernels[k_index]
                     if (other.stores[0].view is None and other.shape == kernel.shape
                             and all(d < k_index for d in kernel.depends) and k_index not in kernel.depends
-                            and not _writes_loaded(other, kernel)):
+                            and not _writes_loaded(other, kernel)
+                            and (other.fusion == kernel.fusion or 0 in (other.fusion, kernel.fusion))):
                         _merge_into(other, kernel)
+                        other.fusion = other.fusion or kernel.fusion
                         for store in kernel.stores:
                             producer[store.target] = k_index
                         return
@@ -238,14 +360,14 @@ class Kernelizer:
                 else:
                     temp = len(temps)
                     temps.append((node.dtype, node.numel))
-                    emit(new_kernel([(temp, base, None)]), merge=True)
+                    emit(new_kernel([(temp, base, None)], self.fusion_of(base)), merge=True)
                 temp_of[id(node)] = temp
-                emit(new_kernel([(temp, value, (shape, strides, offset))]), merge=False)
+                emit(new_kernel([(temp, value, (shape, strides, offset))], self.fusion_of(value)), merge=False)
                 continue
             temp = len(temps)
             temps.append((node.dtype, node.numel))
             temp_of[id(node)] = temp
-            emit(new_kernel([(temp, node, None)]), merge=True)
+            emit(new_kernel([(temp, node, None)], self.fusion_of(node)), merge=True)
 
         root_temps = []
         for root in self.roots:
