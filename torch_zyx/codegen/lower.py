@@ -23,13 +23,15 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..lazy.kernelize import ScheduledKernel
+from ..lazy.panels import PANEL_COLS, PANEL_ROWS
 from . import symbolic as sym
 from .ir import Instr, LoopKernel
 from .symbolic import Expr
 
 _REDUCE_INIT = {"sum": 0, "prod": 1}
-_UPCAST_INNER = 16
-_UPCAST_OUTER = 4
+# The register tile of matmul-shaped reduces; large matmuls read operands packed to match it.
+_UPCAST_INNER = PANEL_COLS
+_UPCAST_OUTER = PANEL_ROWS
 # Elementwise kernels whose last axis is at least this long loop over rows, then columns.
 _ROW_LOOP_MIN = 64
 
@@ -124,7 +126,8 @@ class Lowerer:
         self.var_count = 0
         self.plain_loops = False  # set for upcast kernels: no loop vectorizing or unrolling
         self.stand_ins = 0  # names for loop variables stood in for while hoisting reduces
-        self.flops = 0
+        self.flops = 0  # arithmetic per outer iteration, over all its lanes
+        self.lanes = 1  # outputs per outer iteration (the register tile)
 
     # ------------------------------------------------------------------ instruction helpers
 
@@ -175,18 +178,11 @@ class Lowerer:
     # ------------------------------------------------------------------ emission
 
     def emit(self, node: Node, lanes: list[Index]) -> list[int]:
-        op = node.op
-        if op == "REDUCE":
-            # A reduce used twice in one kernel (mean and variance of layer norm) runs once.
-            key = ("reduce", id(node), tuple(lane.key() for lane in lanes))
-            for scope in reversed(self.scopes):
-                if key in scope:
-                    return scope[key]
-            values = self.emit_reduce(node, lanes)
-            self.scopes[-1][key] = values
-            return values
-        out = []
-        for lane in lanes:
+        # Each lane of a node is emitted once (a reduce used twice in one kernel, the mean and
+        # variance of layer norm, runs once; lanes a broadcast makes equal share one value).
+        out: list = [None] * len(lanes)
+        todo: dict[tuple, list[int]] = {}  # memo key -> positions of the lanes still to emit
+        for i, lane in enumerate(lanes):
             key = ("node", id(node), lane.key())
             found = None
             for scope in reversed(self.scopes):
@@ -194,12 +190,44 @@ class Lowerer:
                     found = scope[key]
                     break
             if found is None:
-                found = self.emit_one(node, lane)
-                self.scopes[-1][key] = found
-            out.append(found)
+                todo.setdefault(key, []).append(i)
+            else:
+                out[i] = found
+        if todo:
+            # All lanes go down together: a reduce below then gets the whole register tile
+            # (one loop for all its outputs), not one loop per lane (matmul + bias was 64
+            # scalar loops, 50x slower).
+            missing = [lanes[positions[0]] for positions in todo.values()]
+            values = self.emit_reduce(node, missing) if node.op == "REDUCE" else self.emit_lanes(node, missing)
+            for (key, positions), value in zip(todo.items(), values):
+                self.scopes[-1][key] = value
+                for i in positions:
+                    out[i] = value
         return out
 
-    def emit_one(self, node: Node, idx: Index) -> int:
+    def emit_lanes(self, node: Node, lanes: list[Index]) -> list[int]:
+        """``node`` at distinct lanes, none emitted yet."""
+        op, arg = node.op, node.arg
+        if op in ("CONST", "LOAD", "RANDOM", "IOTA"):
+            return [self.emit_leaf(node, lane) for lane in lanes]
+        if op in g.MOVEMENT:
+            values = self.emit(node.srcs[0], [self.move(node, lane) for lane in lanes])
+            if op != "PAD":
+                return values
+            out = []
+            for lane, value in zip(lanes, values):
+                valid = self.pad_valid(node, lane)
+                if valid.key != sym.TRUE.key:
+                    value = self.add("WHERE", node.dtype, (self.index(valid), value, self.const(0, node.dtype)))
+                out.append(value)
+            return out
+        per_src = [self.emit(src, lanes) for src in node.srcs]
+        self.flops += len(lanes)
+        if op in ("CAST", "WHERE"):
+            return [self.add(op, node.dtype, srcs) for srcs in zip(*per_src)]
+        return [self.add("ALU", node.dtype, srcs, arg) for srcs in zip(*per_src)]
+
+    def emit_leaf(self, node: Node, idx: Index) -> int:
         op, arg = node.op, node.arg
         if op == "CONST":
             return self.const(arg, node.dtype)
@@ -210,26 +238,7 @@ class Lowerer:
             return self.add("LOAD", node.dtype, (buf, self.index(idx.linear), self.index(idx.valid)))
         if op == "RANDOM":
             return self.emit_random(node, idx)
-        if op == "IOTA":
-            return self.index(idx.linear)
-        if op in g.MOVEMENT:
-            (value,) = self.emit(node.srcs[0], [self.move(node, idx)])
-            if op == "PAD":
-                valid = self.pad_valid(node, idx)
-                if valid.key != sym.TRUE.key:
-                    zero = self.const(0, node.dtype)
-                    return self.add("WHERE", node.dtype, (self.index(valid), value, zero))
-            return value
-        srcs = []
-        for src in node.srcs:
-            (value,) = self.emit(src, [idx])
-            srcs.append(value)
-        self.flops += 1
-        if op == "CAST":
-            return self.add("CAST", node.dtype, tuple(srcs))
-        if op == "WHERE":
-            return self.add("WHERE", node.dtype, tuple(srcs))
-        return self.add("ALU", node.dtype, tuple(srcs), arg)
+        return self.index(idx.linear)  # IOTA
 
     def pad_valid(self, node: Node, idx: Index) -> Expr:
         src = node.srcs[0]
@@ -311,12 +320,13 @@ class Lowerer:
             # With several lanes the lanes are the vector (SLP); vectorizing the reduce loop
             # itself would gather strided operands instead.
             ranges.append(self.open_range(var, 0, src.shape[axis], vectorize=len(lanes) == 1))
+        before = self.flops
         values = self.emit(src, src_lanes)
         for acc, value in zip(accs, values):
             current = self.add("ACC_GET", dtype, (acc,), pure=False)
             self.add("ACC_SET", None, (acc, self.add("ALU", dtype, (current, value), "r" + rop, pure=False)),
                      pure=False)
-        self.flops += len(lanes)
+        self.flops = before + (self.flops - before + len(lanes)) * math.prod(src.shape[a] for a in axes)
         for rng in reversed(ranges):
             self.close_range(rng)
         return [self.add("ACC_GET", dtype, (acc,), pure=False) for acc in accs]
@@ -473,7 +483,7 @@ class Lowerer:
             global_size = self.lower_reduce_kernel(shape)
         nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
         return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
-                          work=numel * inner_work, flops=self.flops * numel // max(1, 1), bytes=nbytes,
+                          work=numel * inner_work, flops=self.flops * numel // self.lanes, bytes=nbytes,
                           group_size=group_size if group_size > 1 else 0)
 
     def lower_grouped(self, shape: tuple[int, ...], group: int) -> int:
@@ -548,6 +558,7 @@ class Lowerer:
             for axis, off in zip(axes, combo):
                 dims[axis] = sym.add(dims_base[axis], sym.Num(off))
             lanes.append(Index(shape, tuple(dims)))
+        self.lanes = len(lanes)
         self.emit_stores(lanes)
         for rng in reversed(ranges):
             self.close_range(rng)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from . import graph as g
 from .graph import Node
+from .panels import pack_matmul_operands
 
 # A computed value expanded (broadcast) is recomputed per output element; past this many
 # arithmetic ops it is cheaper to store it once.
@@ -107,9 +108,10 @@ class GraphSignature:
 
 
 class Kernelizer:
-    def __init__(self, roots: list[Node], signature: GraphSignature):
+    def __init__(self, roots: list[Node], signature: GraphSignature, pinned: frozenset = frozenset()):
         self.roots = roots
         self.sig = signature
+        self.pinned = pinned  # ids of values that must be stored (matmul operand panels)
         # The graph actually kernelized: the signature's graph after rewrites (the cache key
         # stays the signature's, the rewrites are deterministic).
         self.order = g.toposort(roots)
@@ -246,6 +248,8 @@ class Kernelizer:
             self.alu_ops[id(node)] = own + sum(self.alu_ops[id(s)] for s in srcs if id(s) not in self.stored)
             if id(node) in root_ids:
                 self._mark_store(node, root=True)
+            elif id(node) in self.pinned:
+                self._mark_store(node)
 
     def fusion_of(self, node: Node) -> int:
         """``ScheduledKernel.fusion`` of a kernel storing ``node`` (see there)."""
@@ -472,4 +476,5 @@ def rewrite(roots: list[Node]) -> list[Node]:
 
 
 def kernelize(roots: list[Node], signature: GraphSignature) -> Schedule:
-    return Kernelizer(rewrite(roots), signature).build()
+    roots, pinned = pack_matmul_operands(rewrite(roots))
+    return Kernelizer(roots, signature, pinned).build()

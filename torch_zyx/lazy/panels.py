@@ -1,0 +1,113 @@
+"""Operand panels for matmul-shaped reduces: a graph rewrite run before kernelizing.
+
+A matmul is recorded as ``sum_k(A[..., m, 1, k] * B[..., 1, n, k])`` (``ops/matmul.py``).
+Lowering computes it in register tiles of ``PANEL_ROWS x PANEL_COLS`` outputs
+(``codegen/lower.py``): every step of the k loop reads ``PANEL_ROWS`` values of A and
+``PANEL_COLS`` values of B. Read in place, those come from as many rows of a row-major
+operand, a large power-of-two stride apart (``W^T`` in a forward linear, ``dY^T`` in a
+weight gradient, plain ``B`` with 2048 columns): every k step touches new cache lines that map
+to the same few cache sets, and the matmul runs at memory latency (1-6 GFLOP/s on a 2-core
+EPYC, against 25-40 once packed).
+
+So, as BLAS GEMMs do, an operand read often enough is first copied into panels: A as
+``[m / PANEL_ROWS, k, PANEL_ROWS]``, B as ``[n / PANEL_COLS, k, PANEL_COLS]``. The tile's k
+loop then reads each operand as one sequential stream. The copy is a small kernel of its own
+(O(mk + kn) against the matmul's O(mnk)): the packed value is *pinned* (the kernelizer stores
+it), and the matmul reads it back through a permute and a reshape, which lowering turns into
+index arithmetic (the panel index and the lane within the panel fall out of the tile's
+indices). Elementwise work around the reduce (bias, activation) still fuses into the matmul.
+"""
+
+from __future__ import annotations
+
+from . import graph as g
+from .graph import Node
+
+# The register tile of matmul-shaped reduces: output rows x columns per loop iteration.
+PANEL_ROWS = 4
+PANEL_COLS = 16
+# An operand is packed when every element is read by at least this many tiles (its reuse)...
+PACK_MIN_REUSE = 16
+# ...and the reduced axis is at least this long (shorter rows fit in a few cache lines).
+PACK_MIN_K = 32
+
+
+def pack_matmul_operands(roots: list[Node]) -> tuple[list[Node], frozenset[int]]:
+    """The graph with the operands of large matmul-shaped reduces read from panels, and the
+    ids of the packed values (the kernelizer stores each; they live as long as the roots)."""
+    new: dict[int, Node] = {}
+    pinned: set[int] = set()
+    for node in g.toposort(roots):
+        srcs = tuple(new[id(s)] for s in node.srcs)
+        out = node
+        if any(a is not b for a, b in zip(srcs, node.srcs)):
+            out = Node(node.op, node.arg, srcs, node.dtype, node.shape)
+        if out.op == "REDUCE":
+            out = _packed_reduce(out, pinned)
+        new[id(node)] = out
+    return [new[id(r)] for r in roots], frozenset(pinned)
+
+
+def _packed_reduce(node: Node, pinned: set[int]) -> Node:
+    rop, axes = node.arg
+    src = node.srcs[0]
+    nd = len(src.shape)
+    if rop != "sum" or nd < 3 or axes != (nd - 1,) or src.op != "BINARY" or src.arg != "mul":
+        return node
+    m, n, k = src.shape[-3:]
+    # Lowering tiles only outputs whose last axis splits into whole tile columns.
+    if n % PANEL_COLS or k < PACK_MIN_K:
+        return node
+    operands = list(src.srcs)
+    changed = False
+    for i, operand in enumerate(operands):
+        parts = _operand(operand, src.shape)
+        if parts is None:
+            continue
+        casts, y = parts
+        if y.shape[-2] == 1 and y.shape[-3] == m and m % PANEL_ROWS == 0 \
+                and n // PANEL_COLS >= PACK_MIN_REUSE:
+            y = _panels(y, nd - 3, PANEL_ROWS, pinned)  # A, broadcast along n
+        elif y.shape[-3] == 1 and y.shape[-2] == n and m // PANEL_ROWS >= PACK_MIN_REUSE:
+            y = _panels(y, nd - 2, PANEL_COLS, pinned)  # B, broadcast along m
+        else:
+            continue
+        value = g.expand(y, src.shape)
+        for dtype in reversed(casts):
+            value = g.cast(value, dtype)
+        operands[i] = value
+        changed = True
+    if not changed:
+        return node
+    return g.reduce("sum", g.binary("mul", operands[0], operands[1]), axes)
+
+
+def _operand(node: Node, shape: tuple[int, ...]) -> tuple[list, Node] | None:
+    """(casts from the outside in, the value before its broadcast) of a matmul operand
+    ``cast(expand(y))``, or None for another shape of expression or a broadcast batch."""
+    casts = []
+    while node.op == "CAST":
+        casts.append(node.dtype)
+        node = node.srcs[0]
+    if node.op != "EXPAND":
+        return None
+    y = node.srcs[0]
+    if y.shape[:-3] != shape[:-3] or y.op == "CONST":
+        return None
+    return casts, y
+
+
+def _panels(y: Node, axis: int, width: int, pinned: set[int]) -> Node:
+    """``y`` (the k axis last) read back from a stored copy with ``axis`` split into panels of
+    ``width`` and the panel lanes innermost: [..., axis / width, k, width]."""
+    shape = y.shape
+    batch = shape[:-3]
+    # The other of the two axes before k is the broadcast one (size 1): dropped here.
+    split = batch + (shape[axis] // width, width, shape[-1])
+    nb = len(batch)
+    order = tuple(range(nb)) + (nb, nb + 2, nb + 1)
+    packed = g.permute(g.reshape(y, split), order)
+    pinned.add(id(packed))
+    # Built directly: the constructor would fold the two permutes into none.
+    back = Node("PERMUTE", order, (packed,), packed.dtype, split)
+    return g.reshape(back, shape)
