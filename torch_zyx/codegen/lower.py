@@ -23,15 +23,13 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..lazy.kernelize import ScheduledKernel
-from ..lazy.panels import PANEL_COLS, PANEL_ROWS
 from . import symbolic as sym
 from .ir import Instr, LoopKernel
 from .symbolic import Expr
 
 _REDUCE_INIT = {"sum": 0, "prod": 1}
-# The register tile of matmul-shaped reduces; large matmuls read operands packed to match it.
-_UPCAST_INNER = PANEL_COLS
-_UPCAST_OUTER = PANEL_ROWS
+_UPCAST_INNER = 16
+_UPCAST_OUTER = 4
 # Elementwise kernels whose last axis is at least this long loop over rows, then columns.
 _ROW_LOOP_MIN = 64
 
@@ -126,8 +124,11 @@ class Lowerer:
         self.var_count = 0
         self.plain_loops = False  # set for upcast kernels: no loop vectorizing or unrolling
         self.stand_ins = 0  # names for loop variables stood in for while hoisting reduces
-        self.flops = 0  # arithmetic per outer iteration, over all its lanes
-        self.lanes = 1  # outputs per outer iteration (the register tile)
+        # Row kernels: reduce id → (its source, output slot, the kernel's lane) when the row's
+        # output holds that source between the reduce's loop and the store loop (``row_stash``).
+        self.stash: dict[int, tuple] = {}
+        self.stashed: list[tuple] = []
+        self.flops = 0
 
     # ------------------------------------------------------------------ instruction helpers
 
@@ -320,13 +321,23 @@ class Lowerer:
             # With several lanes the lanes are the vector (SLP); vectorizing the reduce loop
             # itself would gather strided operands instead.
             ranges.append(self.open_range(var, 0, src.shape[axis], vectorize=len(lanes) == 1))
-        before = self.flops
         values = self.emit(src, src_lanes)
+        stash = self.stash.get(id(node))
+        if stash is not None and len(lanes) == 1:
+            source, slot, lane = stash
+            dims = list(lane.dims)
+            for axis, var in zip(axes, vars_):
+                dims[axis] = var
+            # Only where this loop walks the kernel's own row (the store loop reads it back).
+            if Index(src.shape, tuple(dims), valid=lane.valid).key() == src_lanes[0].key():
+                buf = self.add("BUF", source.dtype, (), slot)
+                self.add("STORE", None, (buf, self.index(src_lanes[0].linear), values[0]), pure=False)
+                self.stashed.append((source, slot))
         for acc, value in zip(accs, values):
             current = self.add("ACC_GET", dtype, (acc,), pure=False)
             self.add("ACC_SET", None, (acc, self.add("ALU", dtype, (current, value), "r" + rop, pure=False)),
                      pure=False)
-        self.flops = before + (self.flops - before + len(lanes)) * math.prod(src.shape[a] for a in axes)
+        self.flops += len(lanes)
         for rng in reversed(ranges):
             self.close_range(rng)
         return [self.add("ACC_GET", dtype, (acc,), pure=False) for acc in accs]
@@ -483,7 +494,7 @@ class Lowerer:
             global_size = self.lower_reduce_kernel(shape)
         nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
         return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
-                          work=numel * inner_work, flops=self.flops * numel // self.lanes, bytes=nbytes,
+                          work=numel * inner_work, flops=self.flops * numel // max(1, 1), bytes=nbytes,
                           group_size=group_size if group_size > 1 else 0)
 
     def lower_grouped(self, shape: tuple[int, ...], group: int) -> int:
@@ -516,15 +527,46 @@ class Lowerer:
             linear = sym.add(linear, sym.mul(d, st))
         lane = Index(shape, dims, linear=linear)
         names = frozenset(v.name for v in inner_vars if v is not None)
+        self.stash = self.row_stash(shape, split, lane)
         seen: dict = {}
         for store in self.kernel.stores:
             self.hoist(store.value, lane, names, seen)
         ranges = [self.open_range(v, 0, v.vmax + 1) for v in inner_vars if v is not None]
+        for source, slot in self.stashed:
+            buf = self.add("BUF", source.dtype, (), slot)
+            loaded = self.add("LOAD", source.dtype, (buf, self.index(lane.linear)))
+            self.scopes[-1][("node", id(source), lane.key())] = loaded
         self.emit_stores([lane])
         for rng in reversed(ranges):
             self.close_range(rng)
         self.close_range(outer)
         return 0 if 0 in shape else rows
+
+    def row_stash(self, shape: tuple[int, ...], split: int, lane: Index) -> dict[int, tuple]:
+        """A row reduce over a costly value that the store also uses at its own index
+        (softmax's sum of exp(x - max), then exp(x - max) / sum) writes that value into the
+        row's output as it goes; the store loop reads it back instead of computing it again
+        (as ATen's softmax does). The row is still in cache, and each output element is read
+        before it is overwritten."""
+        axes = tuple(range(split, len(shape)))
+        for store in self.kernel.stores:
+            if store.view is not None:
+                continue
+            at_lane: set[int] = set()  # values the store reads at its own index
+            stack = [store.value]
+            while stack:
+                node = stack.pop()
+                if id(node) not in at_lane:
+                    at_lane.add(id(node))
+                    if node.op in g.ELEMENTWISE:
+                        stack.extend(node.srcs)
+            for node in g.toposort([store.value]):
+                src = node.srcs[0] if node.op == "REDUCE" else None
+                if (src is not None and id(src) in at_lane and node.arg[1] == axes and src.shape == shape
+                        and src.dtype == store.value.dtype and _costly(src)):
+                    slot = self.kernel.slots.index(("tmp", store.target))
+                    return {id(node): (src, slot, lane)}
+        return {}
 
     def lower_reduce_kernel(self, shape: tuple[int, ...]) -> int:
         axes = [i for i, s in enumerate(shape) if s > 1]
@@ -558,7 +600,6 @@ class Lowerer:
             for axis, off in zip(axes, combo):
                 dims[axis] = sym.add(dims_base[axis], sym.Num(off))
             lanes.append(Index(shape, tuple(dims)))
-        self.lanes = len(lanes)
         self.emit_stores(lanes)
         for rng in reversed(ranges):
             self.close_range(rng)
@@ -584,6 +625,25 @@ class Lowerer:
                 self.add("STORE", None, (buf, self.index(target), value), pure=False)
             if single is not None:
                 self.close_if(single)
+
+
+_CHEAP_UNARY = frozenset({"neg", "abs", "not", "floor", "ceil", "round", "trunc", "isnan"})
+_COSTLY_BINARY = frozenset({"pow", "atan2", "div", "idiv", "mod"})
+
+
+def _costly(node: Node) -> bool:
+    """Whether an elementwise value costs more to compute than to read back from cache."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or n.op not in g.ELEMENTWISE:
+            continue
+        seen.add(id(n))
+        if (n.op == "UNARY" and n.arg not in _CHEAP_UNARY) or (n.op == "BINARY" and n.arg in _COSTLY_BINARY):
+            return True
+        stack.extend(n.srcs)
+    return False
 
 
 def _uses_vars(key: tuple, names: frozenset) -> bool:
