@@ -23,13 +23,15 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..lazy.kernelize import ScheduledKernel
+from ..lazy.panels import PANEL_COLS, PANEL_ROWS
 from . import symbolic as sym
 from .ir import Instr, LoopKernel
 from .symbolic import Expr
 
 _REDUCE_INIT = {"sum": 0, "prod": 1}
-_UPCAST_INNER = 16
-_UPCAST_OUTER = 4
+# The register tile of matmul-shaped reduces; large matmuls read operands packed to match it.
+_UPCAST_INNER = PANEL_COLS
+_UPCAST_OUTER = PANEL_ROWS
 # Elementwise kernels whose last axis is at least this long loop over rows, then columns.
 _ROW_LOOP_MIN = 64
 
@@ -128,7 +130,8 @@ class Lowerer:
         # output holds that source between the reduce's loop and the store loop (``row_stash``).
         self.stash: dict[int, tuple] = {}
         self.stashed: list[tuple] = []
-        self.flops = 0
+        self.flops = 0  # arithmetic per outer iteration, over all its lanes
+        self.lanes = 1  # outputs per outer iteration (the register tile)
 
     # ------------------------------------------------------------------ instruction helpers
 
@@ -321,6 +324,7 @@ class Lowerer:
             # With several lanes the lanes are the vector (SLP); vectorizing the reduce loop
             # itself would gather strided operands instead.
             ranges.append(self.open_range(var, 0, src.shape[axis], vectorize=len(lanes) == 1))
+        before = self.flops
         values = self.emit(src, src_lanes)
         stash = self.stash.get(id(node))
         if stash is not None and len(lanes) == 1:
@@ -337,7 +341,7 @@ class Lowerer:
             current = self.add("ACC_GET", dtype, (acc,), pure=False)
             self.add("ACC_SET", None, (acc, self.add("ALU", dtype, (current, value), "r" + rop, pure=False)),
                      pure=False)
-        self.flops += len(lanes)
+        self.flops = before + (self.flops - before + len(lanes)) * math.prod(src.shape[a] for a in axes)
         for rng in reversed(ranges):
             self.close_range(rng)
         return [self.add("ACC_GET", dtype, (acc,), pure=False) for acc in accs]
@@ -494,7 +498,7 @@ class Lowerer:
             global_size = self.lower_reduce_kernel(shape)
         nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
         return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
-                          work=numel * inner_work, flops=self.flops * numel // max(1, 1), bytes=nbytes,
+                          work=numel * inner_work, flops=self.flops * numel // self.lanes, bytes=nbytes,
                           group_size=group_size if group_size > 1 else 0)
 
     def lower_grouped(self, shape: tuple[int, ...], group: int) -> int:
@@ -600,6 +604,7 @@ class Lowerer:
             for axis, off in zip(axes, combo):
                 dims[axis] = sym.add(dims_base[axis], sym.Num(off))
             lanes.append(Index(shape, tuple(dims)))
+        self.lanes = len(lanes)
         self.emit_stores(lanes)
         for rng in reversed(ranges):
             self.close_range(rng)
