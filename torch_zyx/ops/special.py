@@ -353,3 +353,8 @@ def lcm(a: Node, b: Node) -> Node:
 
 _int_binary("gcd", gcd, aten.gcd.default, prims.gcd.default)
 _int_binary("lcm", lcm, aten.lcm.default)
+
+
+# The Cephes-style functions and the orthogonal polynomials live in their own modules (this one
+# would pass 600 lines); importing them here registers their lowerings with this module's.
+from . import cephes, polynomials  # noqa: F401
