@@ -575,9 +575,13 @@ class Lowerer:
     def lower_reduce_kernel(self, shape: tuple[int, ...]) -> int:
         axes = [i for i, s in enumerate(shape) if s > 1]
         factors = {a: 1 for a in axes}
-        if len(axes) >= 2 and shape[axes[-1]] % _UPCAST_INNER == 0:
+        # Neighbouring outputs along the last axis become lanes (one vector) only where the
+        # reduce reads them from neighbouring elements: a matmul's B, a sum over rows (a bias
+        # gradient). Reduces that read along their own loop (a sum over each row) keep one
+        # output per iteration and let LLVM vectorize the reduce loop instead.
+        if axes and shape[axes[-1]] % _UPCAST_INNER == 0 and self.reads_along(shape, axes[-1]):
             factors[axes[-1]] = _UPCAST_INNER
-            if shape[axes[-2]] % _UPCAST_OUTER == 0:
+            if len(axes) >= 2 and shape[axes[-2]] % _UPCAST_OUTER == 0:
                 factors[axes[-2]] = _UPCAST_OUTER
         dims_base: dict[int, Expr] = {}
         ranges = []
@@ -611,6 +615,41 @@ class Lowerer:
         # An empty output launches nothing: the loops above skip size-0 axes (they are not > 1),
         # so a (0, N) result would otherwise write N elements into its 0-byte buffer.
         return 0 if 0 in shape else max(global_size, 1)
+
+    def reads_along(self, shape: tuple[int, ...], axis: int) -> bool:
+        """Whether some load inside a reduce of this kernel reads consecutive elements for
+        consecutive outputs along ``axis`` (stride 1, with every other index at 0)."""
+        out_vars = [sym.Var(f"q{a}", 0, max(s - 1, 0)) for a, s in enumerate(shape)]
+        probe = out_vars[axis].name
+        found = []
+        seen: set = set()
+
+        def walk(node: Node, idx: Index, in_reduce: bool) -> None:
+            key = (id(node), idx.key())
+            if key in seen or found:
+                return
+            seen.add(key)
+            if node.op == "LOAD":
+                if in_reduce:
+                    expr = idx.linear
+                    if _evaluate(expr, {probe: 1}) - _evaluate(expr, {}) == 1:
+                        found.append(node)
+            elif node.op == "REDUCE":
+                src = node.srcs[0]
+                dims = list(idx.dims)
+                for a in node.arg[1]:
+                    dims[a] = sym.Var(f"p{len(seen)}_{a}", 0, src.shape[a] - 1)
+                walk(src, Index(src.shape, tuple(dims), valid=idx.valid), True)
+            elif node.op in g.MOVEMENT:
+                walk(node.srcs[0], self.move(node, idx), in_reduce)
+            else:
+                for src in node.srcs:
+                    walk(src, idx, in_reduce)
+
+        lane = Index(shape, tuple(out_vars))
+        for store in self.kernel.stores:
+            walk(store.value, lane, False)
+        return bool(found)
 
     def emit_stores(self, lanes: list[Index]) -> None:
         for store in self.kernel.stores:
@@ -658,6 +697,23 @@ def _uses_vars(key: tuple, names: frozenset) -> bool:
     if len(key) >= 2 and key[0] == "v" and key[1] in names:
         return True
     return any(isinstance(part, tuple) and _uses_vars(part, names) for part in key)
+
+
+def _evaluate(e: Expr, values: dict[str, int]) -> int:
+    """An index expression at a point: the named variables given, every other one 0."""
+    if isinstance(e, sym.Num):
+        return e.value
+    if isinstance(e, sym.Var):
+        return values.get(e.name, 0)
+    if isinstance(e, sym.Sum):
+        return sum(_evaluate(t, values) for t in e.terms)
+    if isinstance(e, sym.Mul):
+        return _evaluate(e.x, values) * e.factor
+    if isinstance(e, sym.Div):
+        return _evaluate(e.x, values) // e.divisor
+    if isinstance(e, sym.Mod):
+        return _evaluate(e.x, values) % e.divisor
+    return int(bool(_evaluate(e.x, values) < e.bound)) if isinstance(e, sym.Lt) else 0
 
 
 def _is_unit_reshape(src_shape, shape) -> bool:
