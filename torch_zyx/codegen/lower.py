@@ -34,6 +34,8 @@ _UPCAST_INNER = PANEL_COLS
 _UPCAST_OUTER = PANEL_ROWS
 # Elementwise kernels whose last axis is at least this long loop over rows, then columns.
 _ROW_LOOP_MIN = 64
+# A load stride (elements) from which each step reads another page-sized stretch of memory.
+_FAR_STRIDE = 256
 
 
 @dataclass(frozen=True)
@@ -480,10 +482,13 @@ class Lowerer:
                 and numel <= opts.group_max_outputs:
             group_size = opts.few_group_size if numel <= opts.few_outputs else opts.group_size
         split = self.row_split(shape) if reduces and not group_size else 0
+        order = self.load_order(shape) if not reduces and opts.row_loops else None
         if group_size > 1:
             global_size = self.lower_grouped(shape, group_size)
         elif split:
             global_size = self.lower_rows(shape, split)
+        elif order:
+            global_size = self.lower_in_order(shape, order)
         elif not reduces and opts.row_loops and len(shape) >= 2 and shape[-1] >= _ROW_LOOP_MIN \
                 and numel > shape[-1]:
             global_size = self.lower_rows(shape, len(shape) - 1)
@@ -619,21 +624,54 @@ class Lowerer:
     def reads_along(self, shape: tuple[int, ...], axis: int) -> bool:
         """Whether some load inside a reduce of this kernel reads consecutive elements for
         consecutive outputs along ``axis`` (stride 1, with every other index at 0)."""
+        return any(in_reduce and _stride(expr, axis) == 1 for expr, in_reduce in self.load_indices(shape))
+
+    def load_order(self, shape: tuple[int, ...]) -> list[int] | None:
+        """The loop order of an elementwise kernel when walking its output in order would read
+        a few elements at a time a long way apart (a matmul operand packed into panels from a
+        transposed view: 16 bytes per 8 KB row): the order of that load's strides, so it reads
+        memory front to back and the stores scatter instead (whole cache lines, a few hundred
+        pages: cheaper than waiting on a read miss per row). None: the output's order."""
+        axes = [a for a, s in enumerate(shape) if s > 1]
+        if len(axes) < 2 or 0 in shape:
+            return None
+        inner, outer = axes[-1], axes[-2]
+        for expr, _in_reduce in self.load_indices(shape):
+            strides = {a: _stride(expr, a) for a in axes}
+            if strides[inner] == 1 and shape[inner] < _ROW_LOOP_MIN and abs(strides[outer]) >= _FAR_STRIDE:
+                # Broadcast axes (stride 0) outermost, then by decreasing stride (stable: ties
+                # keep the output's order).
+                return sorted(axes, key=lambda a: (strides[a] != 0, -abs(strides[a])))
+        return None
+
+    def lower_in_order(self, shape: tuple[int, ...], order: list[int]) -> int:
+        """Elementwise kernel as nested loops over the output axes in ``order`` (the first one
+        split across threads)."""
+        dims: list[Expr] = [sym.Num(0)] * len(shape)
+        ranges = []
+        for n, axis in enumerate(order):
+            var = self.new_var(shape[axis])
+            ranges.append(self.open_range(var, "start", "end") if n == 0 else self.open_range(var, 0, shape[axis]))
+            dims[axis] = var
+        self.emit_stores([Index(shape, tuple(dims))])
+        for rng in reversed(ranges):
+            self.close_range(rng)
+        return shape[order[0]]
+
+    def load_indices(self, shape: tuple[int, ...]) -> list[tuple[Expr, bool]]:
+        """The flat index of every load of the kernel (output axis ``a`` as variable ``q{a}``,
+        reduce axes as other variables), and whether it is read inside a reduce."""
         out_vars = [sym.Var(f"q{a}", 0, max(s - 1, 0)) for a, s in enumerate(shape)]
-        probe = out_vars[axis].name
-        found = []
+        found: list[tuple[Expr, bool]] = []
         seen: set = set()
 
         def walk(node: Node, idx: Index, in_reduce: bool) -> None:
-            key = (id(node), idx.key())
-            if key in seen or found:
+            key = (id(node), idx.key(), in_reduce)
+            if key in seen:
                 return
             seen.add(key)
             if node.op == "LOAD":
-                if in_reduce:
-                    expr = idx.linear
-                    if _evaluate(expr, {probe: 1}) - _evaluate(expr, {}) == 1:
-                        found.append(node)
+                found.append((idx.linear, in_reduce))
             elif node.op == "REDUCE":
                 src = node.srcs[0]
                 dims = list(idx.dims)
@@ -649,7 +687,7 @@ class Lowerer:
         lane = Index(shape, tuple(out_vars))
         for store in self.kernel.stores:
             walk(store.value, lane, False)
-        return bool(found)
+        return found
 
     def emit_stores(self, lanes: list[Index]) -> None:
         for store in self.kernel.stores:
@@ -697,6 +735,11 @@ def _uses_vars(key: tuple, names: frozenset) -> bool:
     if len(key) >= 2 and key[0] == "v" and key[1] in names:
         return True
     return any(isinstance(part, tuple) and _uses_vars(part, names) for part in key)
+
+
+def _stride(expr: Expr, axis: int) -> int:
+    """How far ``expr`` (a ``load_indices`` index) moves for one step along output ``axis``."""
+    return _evaluate(expr, {f"q{axis}": 1}) - _evaluate(expr, {})
 
 
 def _evaluate(e: Expr, values: dict[str, int]) -> int:
