@@ -24,10 +24,11 @@ from torch.utils._pytree import tree_map
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
-from .tensor import ZyxTensor, from_cpu, read, to_cpu, wrap, write
+from .tensor import ZyxTensor, from_cpu, read, set_dispatcher, to_cpu, wrap, write
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
+_LOWERINGS = registry.LOWERINGS
 _warned: set[str] = set()
 
 # Ops whose decomposition is worse than the CPU (none yet) or wrong for us are skipped here.
@@ -90,13 +91,30 @@ def _dtype_name(dtype: torch.dtype) -> str:
             torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
 
 
+def torch_dispatch(cls, func, types, args=(), kwargs=None):
+    """``ZyxTensor.__torch_dispatch__``: ``dispatch`` with the registered-lowering case inline
+    (every recorded op goes through here, one Python call less per op)."""
+    lowering = _LOWERINGS.get(func)
+    if lowering is not None:
+        try:
+            return lowering(*args, **kwargs) if kwargs else lowering(*args)
+        except NotImplementedError:
+            pass
+    return _dispatch_unlowered(func, args, kwargs or {})
+
+
 def dispatch(func, args, kwargs):
-    lowering = registry.LOWERINGS.get(func)
+    lowering = _LOWERINGS.get(func)
     if lowering is not None:
         try:
             return lowering(*args, **kwargs)
         except NotImplementedError:
             pass
+    return _dispatch_unlowered(func, args, kwargs)
+
+
+def _dispatch_unlowered(func, args, kwargs):
+    """Steps 2-4 of the module docstring: ``func`` has no lowering, or its lowering declined."""
     functional = _functional_of(func)
     if functional is not None and (functional in registry.LOWERINGS or functional in decomposition_table):
         outs = _out_args(func, kwargs)
@@ -194,3 +212,6 @@ def _is_mutated(func, tensor, args, kwargs) -> bool:
         if value is tensor or (isinstance(value, (list, tuple)) and any(v is tensor for v in value)):
             return True
     return False
+
+
+set_dispatcher(torch_dispatch)

@@ -27,8 +27,22 @@ TORCH_TO_ZYX = {
 }
 ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
 
-_live_storages: weakref.WeakSet = weakref.WeakSet()
+
+
+class _KeyedRef(weakref.ref):
+    """A weak reference carrying its table key (cheaper to make than ``weakref.KeyedRef``)."""
+
+    __slots__ = ("key",)
+
+
+# seq → weak reference of every live storage, in creation order (a dict keeps insertion order,
+# so ``pending_storages`` needs no sort; a WeakSet's Python-level ``add`` cost ~1 us per op).
+_live_storages: dict[int, _KeyedRef] = {}
 _storage_seq = itertools.count()
+
+
+def _storage_died(ref: _KeyedRef) -> None:
+    _live_storages.pop(ref.key, None)
 
 
 def supports_dtype(dtype: torch.dtype) -> bool:
@@ -53,8 +67,10 @@ class Storage:
         self.dtype = value.dtype
         self.numel = value.shape[0]
         self.device = device
-        self.seq = next(_storage_seq)
-        _live_storages.add(self)
+        self.seq = seq = next(_storage_seq)
+        ref = _KeyedRef(self, _storage_died)
+        ref.key = seq
+        _live_storages[seq] = ref
 
     def realize(self):
         """The buffer holding this storage's contents (computing pending work).
@@ -71,12 +87,23 @@ class Storage:
 
 def pending_storages() -> list[Storage]:
     """Storages with unrealized values, oldest first (a stable order keeps graph signatures equal)."""
-    return sorted((s for s in list(_live_storages) if s.value.op != "BUFFER"), key=lambda s: s.seq)
+    storages = (ref() for ref in list(_live_storages.values()))
+    return [s for s in storages if s is not None and s.value.op != "BUFFER"]
 
 
 # The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
 # in-place metadata changes (resize_, as_strided_, set_) always pass PyTorch's bounds check.
 _VIRTUAL_STORAGE_BYTES = 1 << 50
+
+# zyx device index → its torch.device (making a torch.device costs about a microsecond).
+_torch_devices: dict[int | None, torch.device] = {}
+
+
+def _torch_device(index) -> torch.device:
+    device = _torch_devices.get(index)
+    if device is None:
+        device = _torch_devices[index] = torch.device("zyx", index)
+    return device
 
 
 class ZyxTensor(torch.Tensor):
@@ -88,7 +115,7 @@ class ZyxTensor(torch.Tensor):
     def __new__(cls, storage: Storage, shape, strides, offset: int, requires_grad: bool = False):
         out = torch.Tensor._make_wrapper_subclass(
             cls, tuple(shape), strides=tuple(strides), storage_offset=offset,
-            dtype=ZYX_TO_TORCH[storage.dtype], device=torch.device("zyx", storage.device.index),
+            dtype=ZYX_TO_TORCH[storage.dtype], device=_torch_device(storage.device.index),
             requires_grad=requires_grad, storage_size=_VIRTUAL_STORAGE_BYTES)
         out._storage = storage
         return out
@@ -97,6 +124,8 @@ class ZyxTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # Replaced by dispatch.torch_dispatch when torch_zyx.dispatch is imported (it imports
+        # this module, so it cannot be imported at the top; see ``set_dispatcher``).
         from .dispatch import dispatch
 
         return dispatch(func, args, kwargs or {})
@@ -136,6 +165,12 @@ class ZyxTensor(torch.Tensor):
         if self.dim() == 0:
             return self.item().__format__(format_spec)
         return object.__format__(self, format_spec)
+
+
+def set_dispatcher(fn) -> None:
+    """Make ``fn(cls, func, types, args=(), kwargs=None)`` ZyxTensor's ``__torch_dispatch__``
+    (called by torch_zyx.dispatch: calling it directly saves a Python call and an import per op)."""
+    ZyxTensor.__torch_dispatch__ = classmethod(fn)
 
 
 def _target_of(origin: str):
@@ -179,16 +214,21 @@ def restride(t: ZyxTensor, storage: Storage, size, strides, offset: int) -> None
 
 def read(t: ZyxTensor) -> Node:
     """The lazy value of ``t`` in its logical shape."""
-    storage = t._storage
-    return g.strided(storage.value, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    return g.strided(t._storage.value, t.shape, t.stride(), t.storage_offset())
 
 
 def wrap(node: Node, device) -> ZyxTensor:
     """A fresh contiguous tensor holding ``node``."""
-    value = g.reshape(node, (node.numel,))
-    storage = Storage(value, device)
-    _maybe_flush()
-    return ZyxTensor(storage, node.shape, g.contiguous_strides(node.shape), 0)
+    shape = node.shape
+    storage = Storage(g.flat(node), device)
+    if g.PendingCounter.count > CONFIG.max_pending:
+        realize_all()
+    # Contiguous with offset 0 are _make_wrapper_subclass's defaults (cheaper than passing them).
+    out = torch.Tensor._make_wrapper_subclass(
+        ZyxTensor, shape, dtype=ZYX_TO_TORCH[storage.dtype], device=_torch_device(device.index),
+        storage_size=_VIRTUAL_STORAGE_BYTES)
+    out._storage = storage
+    return out
 
 
 def write(t: ZyxTensor, node: Node) -> None:

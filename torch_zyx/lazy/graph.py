@@ -41,12 +41,21 @@ BINARY_OPS = frozenset({
 }) | COMPARE_OPS
 REDUCE_OPS = frozenset({"sum", "max", "min", "prod"})
 
+class _KeyedRef(weakref.ref):
+    """A weak reference that remembers its table key (``weakref.KeyedRef`` without its
+    Python-level ``__new__``/``__init__``, which cost more than the rest of interning)."""
+
+    __slots__ = ("key",)
+
+
 # key → weak reference to the node: a plain dict (lookups are the hot path of recording); the
-# reference's callback removes the entry when the node dies.
-_interned: dict[tuple, weakref.KeyedRef] = {}
+# reference's callback removes the entry when the node dies. A key is
+# (op, hashable arg, srcs, dtype, shape): sources are held by their node anyway, and nodes hash
+# and compare by identity, so the sources tuple itself is the cheapest exact key.
+_interned: dict[tuple, _KeyedRef] = {}
 
 
-def _forget(ref: weakref.KeyedRef) -> None:
+def _forget(ref: _KeyedRef) -> None:
     if _interned.get(ref.key) is ref:
         del _interned[ref.key]
 
@@ -69,19 +78,8 @@ class Node:
     shape: tuple[int, ...]
 
     def __new__(cls, op: str, arg: Any, srcs: tuple[Node, ...], dtype: DType, shape: tuple[int, ...]):
-        key = (op, _hashable(arg) if arg.__class__ in _UNHASHABLE_AS_IS else arg, tuple(map(id, srcs)), dtype,
-               shape)
-        ref = _interned.get(key)
-        if ref is not None:
-            existing = ref()
-            if existing is not None:
-                return existing
-        node = object.__new__(cls)
-        node.op, node.arg, node.srcs, node.dtype, node.shape = op, arg, srcs, dtype, shape
-        node._key = key
-        _interned[key] = weakref.KeyedRef(node, _forget, key)
-        PendingCounter.count += 1
-        return node
+        key_arg = _hashable(arg) if arg.__class__ in _UNHASHABLE_AS_IS else arg
+        return _intern(op, arg, key_arg, srcs, dtype, shape)
 
     @property
     def numel(self) -> int:
@@ -90,6 +88,29 @@ class Node:
     def __repr__(self) -> str:
         arg = "" if self.arg is None else f" {self.arg!r}"
         return f"<{self.op}{arg} {self.dtype} {self.shape}>"
+
+
+def _intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DType, shape: tuple[int, ...]) -> Node:
+    """The node (op, arg, srcs, dtype, shape), built once. ``key_arg`` is ``arg`` as keyed (see
+    ``_hashable``); the hot constructors below pass it directly when ``arg`` holds no floats."""
+    key = (op, key_arg, srcs, dtype, shape)
+    ref = _interned.get(key)
+    if ref is not None:
+        existing = ref()
+        if existing is not None:
+            return existing
+    node = object.__new__(Node)
+    node.op = op
+    node.arg = arg
+    node.srcs = srcs
+    node.dtype = dtype
+    node.shape = shape
+    node._key = key
+    ref = _KeyedRef(node, _forget)
+    ref.key = key
+    _interned[key] = ref
+    PendingCounter.count += 1
+    return node
 
 
 _UNHASHABLE_AS_IS = (float, tuple)
@@ -106,14 +127,47 @@ def _hashable(arg: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- constructors
+# Recording builds a few nodes per aten op, so these avoid redundant work: arguments that are
+# tuples of ints or strings are keyed as they are (``_intern``), strides of contiguous shapes
+# are memoized, and CONST nodes are built at their final shape directly.
 
 
 def buffer(handle: Any, dtype: DType, numel: int) -> Node:
-    return Node("BUFFER", handle, (), dtype, (numel,))
+    return _intern("BUFFER", handle, handle, (), dtype, (numel,))
+
+
+# Recently used 0-d constants (an op's scalar operand) stay alive here, so recording ``x * 0.5``
+# again finds its constant without building and dropping one every time. Keyed by the raw
+# Python value before conversion: (value, its class or a float's sign, dtype), so 0.0 and -0.0,
+# 1 and 1.0 stay apart; nan never equals itself and simply misses (then takes the full path).
+_scalars: dict[tuple, Node] = {}
 
 
 def const(value: Any, dtype: DType, shape: tuple[int, ...] = ()) -> Node:
-    return Node("CONST", dtypes.python_value(dtype, value), (), dtype, tuple(shape))
+    memo = None
+    if not shape:
+        cls = value.__class__
+        if cls is float:
+            memo = (value, math.copysign(1.0, value), dtype)
+        elif cls is int or cls is bool:
+            memo = (value, cls, dtype)
+        if memo is not None:
+            node = _scalars.get(memo)
+            if node is not None:
+                return node
+    value = dtypes.python_value(dtype, value)
+    key_arg = ("f", repr(value)) if value.__class__ is float else value
+    node = _intern("CONST", value, key_arg, (), dtype, tuple(shape))
+    if memo is not None:
+        if len(_scalars) >= 1024:
+            _scalars.clear()
+        _scalars[memo] = node
+    return node
+
+
+def _const_like(x: Node, shape: tuple[int, ...]) -> Node:
+    """CONST ``x`` at another shape (its value is already of its dtype)."""
+    return _intern("CONST", x.arg, x._key[1], (), x.dtype, shape)
 
 
 def random(seed: int, offset: int, shape: tuple[int, ...]) -> Node:
@@ -122,35 +176,32 @@ def random(seed: int, offset: int, shape: tuple[int, ...]) -> Node:
 
 def iota(shape: tuple[int, ...]) -> Node:
     """Each element's flat (row-major) position as int64: the base of arange, eye, one-hot."""
-    return Node("IOTA", None, (), dtypes.int64, tuple(shape))
+    return _intern("IOTA", None, None, (), dtypes.int64, tuple(shape))
 
 
 def unary(op: str, x: Node) -> Node:
     assert op in UNARY_OPS, op
-    if op == "isnan":
-        return Node("UNARY", op, (x,), dtypes.bool_, x.shape)
-    return Node("UNARY", op, (x,), x.dtype, x.shape)
+    return _intern("UNARY", op, op, (x,), dtypes.bool_ if op == "isnan" else x.dtype, x.shape)
 
 
 def binary(op: str, x: Node, y: Node) -> Node:
     assert op in BINARY_OPS, op
     assert x.shape == y.shape, (op, x.shape, y.shape)
-    assert x.dtype == y.dtype, (op, x.dtype, y.dtype)
-    dtype = dtypes.bool_ if op in COMPARE_OPS else x.dtype
-    return Node("BINARY", op, (x, y), dtype, x.shape)
+    assert x.dtype is y.dtype, (op, x.dtype, y.dtype)
+    return _intern("BINARY", op, op, (x, y), dtypes.bool_ if op in COMPARE_OPS else x.dtype, x.shape)
 
 
 def where(cond: Node, x: Node, y: Node) -> Node:
     assert cond.shape == x.shape == y.shape and x.dtype == y.dtype and cond.dtype == dtypes.bool_
-    return Node("WHERE", None, (cond, x, y), x.dtype, x.shape)
+    return _intern("WHERE", None, None, (cond, x, y), x.dtype, x.shape)
 
 
 def cast(x: Node, dtype: DType) -> Node:
-    if x.dtype == dtype:
+    if x.dtype is dtype:
         return x
     if x.op == "CONST":
         return const(x.arg, dtype, x.shape)
-    return Node("CAST", dtype, (x,), dtype, x.shape)
+    return _intern("CAST", dtype, dtype, (x,), dtype, x.shape)
 
 
 def reduce(op: str, x: Node, axes: tuple[int, ...]) -> Node:
@@ -159,42 +210,72 @@ def reduce(op: str, x: Node, axes: tuple[int, ...]) -> Node:
     if not axes:
         return x
     shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-    return Node("REDUCE", (op, axes), (x,), x.dtype, shape)
+    return _intern("REDUCE", (op, axes), (op, axes), (x,), x.dtype, shape)
 
 
 def reshape(x: Node, shape: tuple[int, ...]) -> Node:
-    shape = tuple(shape)
-    assert math.prod(shape) == x.numel, (x.shape, shape)
+    if shape.__class__ is not tuple:
+        shape = tuple(shape)
     if shape == x.shape:
         return x
-    if x.op == "RESHAPE":
+    assert math.prod(shape) == x.numel, (x.shape, shape)
+    op = x.op
+    if op == "RESHAPE":
         return reshape(x.srcs[0], shape)
-    if x.op == "CONST":
-        return const(x.arg, x.dtype, shape)
-    return Node("RESHAPE", shape, (x,), x.dtype, shape)
+    if op == "CONST":
+        return _const_like(x, shape)
+    return _intern("RESHAPE", shape, shape, (x,), x.dtype, shape)
+
+
+def flat(x: Node) -> Node:
+    """``x`` reshaped to one axis (a storage's value)."""
+    shape = x.shape
+    if len(shape) == 1:
+        return x
+    numel = math.prod(shape)
+    op = x.op
+    if op == "RESHAPE":
+        x = x.srcs[0]
+        if len(x.shape) == 1:
+            return x
+    elif op == "CONST":
+        return _const_like(x, (numel,))
+    shape = (numel,)
+    return _intern("RESHAPE", shape, shape, (x,), x.dtype, shape)
 
 
 def permute(x: Node, axes: tuple[int, ...]) -> Node:
     axes = tuple(axes)
     if axes == tuple(range(len(axes))):
         return x
+    shape = tuple(x.shape[a] for a in axes)
     if x.op == "CONST":
-        return const(x.arg, x.dtype, tuple(x.shape[a] for a in axes))
+        return _const_like(x, shape)
     if x.op == "PERMUTE":
         inner = x.arg
         return permute(x.srcs[0], tuple(inner[a] for a in axes))
-    return Node("PERMUTE", axes, (x,), x.dtype, tuple(x.shape[a] for a in axes))
+    return _intern("PERMUTE", axes, axes, (x,), x.dtype, shape)
 
 
 def expand(x: Node, shape: tuple[int, ...]) -> Node:
-    shape = tuple(shape)
+    if shape.__class__ is not tuple:
+        shape = tuple(shape)
     if shape == x.shape:
         return x
     assert len(shape) == len(x.shape) and all(s == o or o == 1 for s, o in zip(shape, x.shape)), (
         x.shape, shape)
     if x.op == "CONST":
-        return const(x.arg, x.dtype, shape)
-    return Node("EXPAND", shape, (x,), x.dtype, shape)
+        return _const_like(x, shape)
+    return _intern("EXPAND", shape, shape, (x,), x.dtype, shape)
+
+
+def broadcast_to(x: Node, shape: tuple[int, ...]) -> Node:
+    """``x`` broadcast (NumPy-style: leading axes added, size-1 axes expanded) to ``shape``."""
+    if x.shape == shape:
+        return x
+    if x.op == "CONST":
+        return _const_like(x, shape)
+    return expand(reshape(x, (1,) * (len(shape) - len(x.shape)) + x.shape), shape)
 
 
 def pad(x: Node, padding: tuple[tuple[int, int], ...]) -> Node:
@@ -206,7 +287,7 @@ def pad(x: Node, padding: tuple[tuple[int, int], ...]) -> Node:
     if all(b == 0 and a == 0 for b, a in padding):
         return x
     shape = tuple(s + b + a for s, (b, a) in zip(x.shape, padding))
-    return Node("PAD", padding, (x,), x.dtype, shape)
+    return _intern("PAD", padding, padding, (x,), x.dtype, shape)
 
 
 def shrink(x: Node, bounds: tuple[tuple[int, int], ...]) -> Node:
@@ -215,8 +296,8 @@ def shrink(x: Node, bounds: tuple[tuple[int, int], ...]) -> Node:
         return x
     shape = tuple(e - b for b, e in bounds)
     if x.op == "CONST":
-        return const(x.arg, x.dtype, shape)
-    return Node("SHRINK", bounds, (x,), x.dtype, shape)
+        return _const_like(x, shape)
+    return _intern("SHRINK", bounds, bounds, (x,), x.dtype, shape)
 
 
 def flip(x: Node, axes: tuple[int, ...]) -> Node:
@@ -225,35 +306,57 @@ def flip(x: Node, axes: tuple[int, ...]) -> Node:
         return x
     if x.op == "CONST":
         return x
-    return Node("FLIP", axes, (x,), x.dtype, x.shape)
+    return _intern("FLIP", axes, axes, (x,), x.dtype, x.shape)
 
 
 def strided(x: Node, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Node:
-    """A (shape, strides, offset) view of the flat node ``x``."""
+    """A (shape, strides, offset) view of the flat node ``x``. ``shape`` may be a torch.Size
+    (a tuple subclass: it hashes and compares as its tuple; converted only when stored)."""
     assert len(x.shape) == 1
-    shape, strides = tuple(shape), tuple(strides)
-    if shape == x.shape and offset == 0 and (strides == (1,) or shape[0] <= 1):
-        return x
+    if strides.__class__ is not tuple:
+        strides = tuple(strides)
+    if offset == 0:
+        if shape == x.shape and (strides == (1,) or shape[0] <= 1):
+            return x
+        if strides == contiguous_strides(shape):
+            if x.op == "RESHAPE" and shape == x.srcs[0].shape:
+                return x.srcs[0]
+            if math.prod(shape) == x.shape[0]:
+                return reshape(x, shape)
+    shape = tuple(shape)
     if x.op == "CONST":
-        return const(x.arg, x.dtype, shape)
-    if x.op == "RESHAPE" and offset == 0 and shape == x.srcs[0].shape and strides == contiguous_strides(shape):
-        return x.srcs[0]
-    if offset == 0 and strides == contiguous_strides(shape) and math.prod(shape) == x.numel:
-        return reshape(x, shape)
-    return Node("STRIDED", (shape, strides, offset), (x,), x.dtype, shape)
+        return _const_like(x, shape)
+    arg = (shape, tuple(strides), offset)
+    return _intern("STRIDED", arg, arg, (x,), x.dtype, shape)
 
 
 def setview(base: Node, value: Node, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Node:
     assert len(base.shape) == 1 and value.shape == tuple(shape) and value.dtype == base.dtype
-    return Node("SETVIEW", (tuple(shape), tuple(strides), offset), (base, value), base.dtype, base.shape)
+    arg = (tuple(shape), tuple(strides), offset)
+    return _intern("SETVIEW", arg, arg, (base, value), base.dtype, base.shape)
+
+
+# shape → its contiguous strides (bounded: cleared when it grows past _CONTIGUOUS_MAX shapes).
+_contiguous: dict[tuple[int, ...], tuple[int, ...]] = {}
+_CONTIGUOUS_MAX = 4096
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        cached = _contiguous.get(shape)
+    except TypeError:  # a list
+        cached = None
+    if cached is not None:
+        return cached
+    shape = tuple(shape)
     strides, acc = [], 1
     for size in reversed(shape):
         strides.append(acc)
         acc *= max(size, 1)
-    return tuple(reversed(strides))
+    if len(_contiguous) >= _CONTIGUOUS_MAX:
+        _contiguous.clear()
+    cached = _contiguous[shape] = tuple(reversed(strides))
+    return cached
 
 
 def toposort(roots: list[Node]) -> list[Node]:

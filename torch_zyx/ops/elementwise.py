@@ -14,6 +14,7 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
+from ..tensor import wrap
 from .registry import (
     PROMOTE_BOOL,
     PROMOTE_DEFAULT,
@@ -24,6 +25,7 @@ from .registry import (
     device_of,
     new,
     operand,
+    operands,
     register,
     result_dtype,
 )
@@ -34,7 +36,8 @@ def c(value, like: Node) -> Node:
 
 
 def b(op: str, x: Node, y: Node) -> Node:
-    x, y = broadcast(x, y)
+    if x.shape != y.shape:
+        x, y = broadcast(x, y)
     return g.binary(op, x, y)
 
 
@@ -252,11 +255,9 @@ BINARY = {
 
 
 def _compute(fn, kind, args, bool_result=False):
-    compute, result = result_dtype(*args, kind=kind)
-    nodes = [operand(a, compute) for a in args]
+    nodes, _, result, device = operands(args, kind)
     out = fn(*nodes)
-    target = torch.bool if bool_result or kind == PROMOTE_BOOL else result
-    return new(cast(out, target), _device(args))
+    return wrap(g.cast(out, dtypes.bool_ if bool_result or kind is PROMOTE_BOOL else result), device)
 
 
 def _device(args):
@@ -297,7 +298,6 @@ def _make_add(sign_: int, reverse: bool):
     def lowering(x, y, alpha=1):
         if reverse:
             x, y = y, x
-        compute, result = result_dtype(x, y)
         if sign_ < 0 and _is_bool(x) and _is_bool(y):
             raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
                                "Use the `^` or `logical_xor()` operator instead.")
@@ -305,14 +305,14 @@ def _make_add(sign_: int, reverse: bool):
             raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
                                "If you are trying to invert a mask, use the `~` or `logical_not()` "
                                "operator instead.")
-        xn, yn = operand(x, compute), operand(y, compute)
+        (xn, yn), compute, result, device = operands((x, y))
         if alpha != 1:
             yn = mul(yn, g.const(alpha, xn.dtype))
         if compute == torch.bool:
             out = b("or", xn, yn)
         else:
-            out = add(xn, yn) if sign_ > 0 else sub(xn, yn)
-        return new(cast(out, result), _device([x, y]))
+            out = b("add" if sign_ > 0 else "sub", xn, yn)
+        return wrap(g.cast(out, result), device)
 
     return lowering
 

@@ -9,7 +9,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import ZyxTensor, read, wrap, zdtype
+from ..tensor import TORCH_TO_ZYX, ZyxTensor, read, wrap, zdtype
 
 aten = torch.ops.aten
 LOWERINGS: dict[object, Callable] = {}
@@ -47,39 +47,108 @@ def device_of(*args):
     return None
 
 
-_promotion_cache: dict[tuple, tuple[torch.dtype, torch.dtype]] = {}
+# (id of the promotion kind, default dtype, operand keys...) → (computation dtype, result dtype,
+# their zyx dtypes or None where zyx lacks them). Recording is hot: promotion runs once per
+# signature. Kinds are keyed by id: they are enum singletons, and an enum's __hash__ is Python code.
+_promotion_cache: dict[tuple, tuple[torch.dtype, torch.dtype, object, object]] = {}
 
 
-def _promotion_key(a) -> tuple:
+def _promotion_key(a) -> object:
     # What PyTorch's promotion looks at: a tensor's dtype and whether it is 0-d; a scalar's type.
     if isinstance(a, torch.Tensor):
         return (a.dtype, a.dim() == 0)
-    return (type(a),)
+    return type(a)
+
+
+def _promoted(key: tuple, operands, kind) -> tuple[torch.dtype, torch.dtype, object, object]:
+    cached = _promotion_cache.get(key)
+    if cached is None:
+        compute, result = elementwise_dtypes(*operands, type_promotion_kind=kind)
+        cached = (compute, result, TORCH_TO_ZYX.get(compute), TORCH_TO_ZYX.get(result))
+        _promotion_cache[key] = cached
+    return cached
 
 
 def result_dtype(*args, kind=PROMOTE_DEFAULT) -> tuple[torch.dtype, torch.dtype]:
     """(computation dtype, result dtype) by PyTorch's promotion rules (memoized: recording is hot)."""
     operands = [a for a in args if a is not None]
-    key = (kind, torch.get_default_dtype()) + tuple(_promotion_key(a) for a in operands)
-    cached = _promotion_cache.get(key)
+    key = (id(kind), torch.get_default_dtype(), *map(_promotion_key, operands))
+    return _promoted(key, operands, kind)[:2]
+
+
+def operands(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], torch.dtype, object, object]:
+    """``args`` (zyx tensors, CPU scalar tensors, Python scalars; ``None`` skipped) as nodes of
+    their computation dtype, with the computation dtype, the zyx result dtype (PyTorch's
+    promotion rules) and the device of the first zyx tensor: ``result_dtype`` + ``operand`` +
+    ``device_of`` in one pass. Each zyx tensor is read once and its node's dtype and rank key the
+    promotion (metadata accessors of a tensor subclass cost ~0.5 us each)."""
+    key = [id(kind), torch.get_default_dtype()]
+    values = []
+    device = None
+    for a in args:
+        if isinstance(a, ZyxTensor):
+            storage = a._storage
+            node = g.strided(storage.value, a.shape, a.stride(), a.storage_offset())  # read(a)
+            key.append((node.dtype, node.shape == ()))
+            values.append(node)
+            if device is None:
+                device = storage.device
+        elif a is not None:
+            key.append((a.dtype, a.dim() == 0) if isinstance(a, torch.Tensor) else type(a))
+            values.append(a)
+    cached = _promotion_cache.get(tuple(key))
     if cached is None:
-        cached = _promotion_cache[key] = elementwise_dtypes(*operands, type_promotion_kind=kind)
-    return cached
+        cached = _promoted(tuple(key), [a for a in args if a is not None], kind)
+    compute, result, zcompute, zresult = cached
+    if zcompute is None:
+        zcompute = zdtype(compute)  # raises: zyx does not compute this dtype
+    nodes = []
+    for v in values:
+        if v.__class__ is Node:
+            if v.dtype is not zcompute:
+                v = g.cast(v, zcompute)
+        elif isinstance(v, torch.Tensor):
+            v = _scalar(v, zcompute)
+        else:
+            v = g.const(v, zcompute)
+        nodes.append(v)
+    if zresult is None:
+        zresult = zdtype(result)  # raises: zyx does not hold this dtype
+    return nodes, compute, zresult, device
+
+
+def _scalar(x, dtype) -> Node:
+    """A Python scalar or a one-element CPU tensor as a 0-d CONST of zyx ``dtype``."""
+    if isinstance(x, torch.Tensor):
+        if not x.is_cpu or x.numel() != 1:
+            raise RuntimeError(f"zyx: expected a zyx tensor or a scalar, got a tensor on {x.device}")
+        x = x.item()
+    return g.const(x, dtype)
 
 
 def operand(x, dtype: torch.dtype) -> Node:
     """``x`` (zyx tensor or Python scalar) as a node of ``dtype``."""
     if isinstance(x, ZyxTensor):
         return g.cast(read(x), zdtype(dtype))
-    if isinstance(x, torch.Tensor):
-        if x.device.type != "cpu" or x.numel() != 1:
-            raise RuntimeError(f"zyx: expected a zyx tensor or a scalar, got a tensor on {x.device}")
-        x = x.item()
-    return g.const(x, zdtype(dtype))
+    return _scalar(x, zdtype(dtype))
+
+
+# shapes → their broadcast shape (bounded like graph.contiguous_strides' memo).
+_broadcast_shapes: dict[tuple, tuple[int, ...]] = {}
 
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy-style broadcast of ``shapes`` with PyTorch's error for mismatches."""
+    out = _broadcast_shapes.get(shapes)
+    if out is None:
+        out = _broadcast_shape(shapes)
+        if len(_broadcast_shapes) >= 4096:
+            _broadcast_shapes.clear()
+        _broadcast_shapes[shapes] = out
+    return out
+
+
+def _broadcast_shape(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     ndim = max(len(s) for s in shapes)
     out = [1] * ndim
     for shape in shapes:
@@ -98,15 +167,13 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 def broadcast(*nodes: Node) -> list[Node]:
     first = nodes[0].shape
-    if all(n.shape == first for n in nodes):
-        return list(nodes)
-    shape = broadcast_shape(*(n.shape for n in nodes))
-    out = []
     for n in nodes:
-        if n.shape != shape:
-            n = g.expand(g.reshape(n, (1,) * (len(shape) - len(n.shape)) + n.shape), shape)
-        out.append(n)
-    return out
+        if n.shape != first:
+            break
+    else:
+        return list(nodes)
+    shape = broadcast_shape(*[n.shape for n in nodes])
+    return [g.broadcast_to(n, shape) for n in nodes]
 
 
 def new(node: Node, like) -> ZyxTensor:
