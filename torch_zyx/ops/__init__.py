@@ -15,11 +15,9 @@ from . import (  # noqa: F401  (registration)
     matmul,
     movement,
     nn,
-    pooling,
     reduce,
     scan,
     scatter,
-    search,
     sort,
     special,
 )
