@@ -21,7 +21,8 @@ Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/0
   * a value used several times is duplicated when cheap and stored when it follows a reduce
     (values after row reduces are duplicated: the row reduce runs once per row anyway);
   * kernels with the same iteration space and no dependency between them merge into one
-    kernel that stores several outputs.
+    kernel that stores several outputs;
+  * large matmuls read their operands from panel copies (``panels.py``), stored first.
 """
 
 from __future__ import annotations

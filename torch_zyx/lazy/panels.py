@@ -11,7 +11,9 @@ EPYC, against 25-40 once packed).
 
 So, as BLAS GEMMs do, an operand read often enough is first copied into panels: A as
 ``[m / PANEL_ROWS, k, PANEL_ROWS]``, B as ``[n / PANEL_COLS, k, PANEL_COLS]``. The tile's k
-loop then reads each operand as one sequential stream. The copy is a small kernel of its own
+loop then reads each operand as one sequential stream. An A whose rows already lie in memory
+along k is read in place (its PANEL_ROWS rows are as many sequential streams); a computed A
+(a ReLU's gradient) is stored once first rather than recomputed for every tile column. The copy is a small kernel of its own
 (O(mk + kn) against the matmul's O(mnk)): the packed value is *pinned* (the kernelizer stores
 it), and the matmul reads it back through a permute and a reshape, which lowering turns into
 index arithmetic (the panel index and the lane within the panel fall out of the tile's
@@ -67,7 +69,16 @@ def _packed_reduce(node: Node, pinned: set[int]) -> Node:
         casts, y = parts
         if y.shape[-2] == 1 and y.shape[-3] == m and m % PANEL_ROWS == 0 \
                 and n // PANEL_COLS >= PACK_MIN_REUSE:
-            y = _panels(y, nd - 3, PANEL_ROWS, pinned)  # A, broadcast along n
+            # A, broadcast along n. A computed value is stored first (once, not once per
+            # tile column; its other readers, a transposed copy for a weight gradient, read
+            # it too). Then it is read in place when its rows lie in memory as they are: the
+            # tile's PANEL_ROWS rows are as many sequential streams.
+            base = _view_base(y)
+            if base.op in g.ELEMENTWISE:
+                pinned.add(id(base))
+            if _stride(y, nd - 1, pinned) == 1:
+                continue
+            y = _panels(y, nd - 3, PANEL_ROWS, pinned)
         elif y.shape[-3] == 1 and y.shape[-2] == n and m // PANEL_ROWS >= PACK_MIN_REUSE:
             y = _panels(y, nd - 2, PANEL_COLS, pinned)  # B, broadcast along m
         else:
@@ -95,6 +106,73 @@ def _operand(node: Node, shape: tuple[int, ...]) -> tuple[list, Node] | None:
     if y.shape[:-3] != shape[:-3] or y.op == "CONST":
         return None
     return casts, y
+
+
+def _view_base(node: Node) -> Node:
+    while node.op in g.MOVEMENT:
+        node = node.srcs[0]
+    return node
+
+
+def _stride(node: Node, axis: int, stored: set[int]) -> int | None:
+    """How far apart in memory ``node`` reads two neighbours along ``axis`` (at the origin),
+    following views and elementwise ops down to a buffer or a value stored whole (one in
+    ``stored``, a reduce); None when the neighbours come from different values."""
+    pos = [0] * len(node.shape)
+    first = _position(node, tuple(pos), stored)
+    pos[axis] = 1
+    second = _position(node, tuple(pos), stored)
+    return second[1] - first[1] if first[0] is second[0] else None
+
+
+def _position(node: Node, pos: tuple[int, ...], stored: set[int]) -> tuple[Node, int]:
+    """(the value read, the flat element of it) for element ``pos`` of ``node``."""
+    while id(node) not in stored:
+        op, arg = node.op, node.arg
+        if op in g.MOVEMENT:
+            src = node.srcs[0]
+            if op == "RESHAPE":
+                pos = _unravel(_ravel(pos, node.shape), src.shape)
+            elif op == "PERMUTE":
+                moved = [0] * len(pos)
+                for i, a in enumerate(arg):
+                    moved[a] = pos[i]
+                pos = tuple(moved)
+            elif op == "EXPAND":
+                pos = tuple(0 if s == 1 else p for p, s in zip(pos, src.shape))
+            elif op == "PAD":
+                pos = tuple(p - before for p, (before, _a) in zip(pos, arg))
+            elif op == "SHRINK":
+                pos = tuple(p + begin for p, (begin, _e) in zip(pos, arg))
+            elif op == "FLIP":
+                pos = tuple(s - 1 - p if i in arg else p for i, (p, s) in enumerate(zip(pos, node.shape)))
+            else:  # STRIDED
+                _shape, strides, offset = arg
+                pos = (offset + sum(p * st for p, st in zip(pos, strides)),)
+            node = src
+        elif op in g.ELEMENTWISE:
+            # Elementwise work fuses into the reader: follow the first operand that is read
+            # from memory (WHERE's condition and constants are not where the data is).
+            srcs = node.srcs[1:] if op == "WHERE" else node.srcs
+            node = next((s for s in srcs if s.op != "CONST"), srcs[0])
+        else:
+            break
+    return node, _ravel(pos, node.shape)
+
+
+def _ravel(pos: tuple[int, ...], shape: tuple[int, ...]) -> int:
+    flat = 0
+    for p, s in zip(pos, shape):
+        flat = flat * s + p
+    return flat
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    pos = []
+    for s in reversed(shape):
+        pos.append(flat % s if s else 0)
+        flat = flat // s if s else 0
+    return tuple(reversed(pos))
 
 
 def _panels(y: Node, axis: int, width: int, pinned: set[int]) -> Node:
