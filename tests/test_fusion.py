@@ -1,5 +1,8 @@
 """Fusion: how many kernels common patterns become, and the schedule cache (through counters())."""
 
+import dataclasses
+
+import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
@@ -72,6 +75,30 @@ def test_row_reduce_fusion_keeps_other_patterns_right(counters):
     assert _count(lambda x: x - x.mean(), x) <= 2
     # Few long rows: the row reduces are split across threads / work groups instead.
     assert _count(lambda x: torch.softmax(x, -1), torch.randn(2, 40000)) <= 6
+
+
+def test_row_kernels_with_work_groups(counters):
+    # Devices with work groups and no row loops (GPUs): one work group per row, its row
+    # reduces as group reduces. Checked on OpenCL (PoCL) with those options forced.
+    from torch_zyx import realize
+
+    ctx = realize.devices()[0]
+    if ctx.runtime.name != "opencl" or ctx.lowering.group_size < 2:
+        pytest.skip("needs an OpenCL device as zyx:0 (make test-opencl): CPU kernels have no work groups")
+    saved = ctx.lowering
+    ctx.lowering = dataclasses.replace(saved, row_loops=False)
+    before = set(realize._lowered)
+    try:
+        # Shapes no other test uses: their plans are built under the options above.
+        x, w = torch.randn(37, 1000), torch.randn(1000)
+        assert _count(lambda x: torch.softmax(x, -1), x) == 1
+        assert _count(lambda x: torch.log_softmax(x, -1), x) == 1
+        assert _count(lambda x, w: F.layer_norm(x, (1000,), w), x, w) == 1
+        assert _count(lambda x: F.layer_norm(x, (3, 257)), torch.randn(5, 3, 257)) == 1
+    finally:
+        ctx.lowering = saved
+    new = [realize._lowered[k][0] for k in set(realize._lowered) - before]
+    assert new and all(k.group_size for k in new)
 
 
 def test_second_run_hits_schedule_cache(counters):

@@ -132,6 +132,7 @@ class Lowerer:
         # output holds that source between the reduce's loop and the store loop (``row_stash``).
         self.stash: dict[int, tuple] = {}
         self.stashed: list[tuple] = []
+        self.items_store = False  # grouped row kernels: every item stores its own elements
         self.flops = 0  # arithmetic per outer iteration, over all its lanes
         self.lanes = 1  # outputs per outer iteration (the register tile)
 
@@ -485,6 +486,9 @@ class Lowerer:
         order = self.load_order(shape) if not reduces and opts.row_loops else None
         if group_size > 1:
             global_size = self.lower_grouped(shape, group_size)
+        elif split and not opts.row_loops and opts.group_size > 1:
+            group_size = opts.group_size
+            global_size = self.lower_grouped_rows(shape, split, group_size)
         elif split:
             global_size = self.lower_rows(shape, split)
         elif order:
@@ -548,6 +552,40 @@ class Lowerer:
         self.emit_stores([lane])
         for rng in reversed(ranges):
             self.close_range(rng)
+        self.close_range(outer)
+        return 0 if 0 in shape else rows
+
+    def lower_grouped_rows(self, shape: tuple[int, ...], split: int, group: int) -> int:
+        """``lower_rows`` for devices with work groups and no row loops (GPUs): one work group
+        per row. Its row reduces are group reduces (neighbouring items read neighbouring
+        elements); then item ``lid`` computes and stores elements lid, lid + group, ..."""
+        rows = math.prod(shape[:split])
+        width = math.prod(shape[split:])
+        self.group = group
+        row = sym.Var("gidx", 0, max(rows - 1, 0))
+        outer = self.open_range(row, "start", "end")
+        self.lid = sym.Var("lid", 0, group - 1)
+        self.add("SPECIAL", dtypes.int64, (), (self.lid.name, "lid"), pure=False)
+        steps = -(-width // group)
+        step = self.new_var(steps)
+        flat = sym.add(sym.mul(step, group), self.lid)
+        cols = Index(shape[split:], linear=flat).dims
+        lane = Index(shape, Index(shape[:split], linear=row).dims + cols,
+                     linear=sym.add(sym.mul(row, width), flat))
+        # The row reduces first, each by the whole group (at top level: every item reaches
+        # their barriers).
+        seen: dict = {}
+        for store in self.kernel.stores:
+            self.hoist(store.value, lane, frozenset((step.name, self.lid.name)), seen)
+        rng = self.open_range(step, 0, steps)
+        tail = self.open_if(sym.lt(flat, width)) if width % group else None
+        self.items_store = True
+        self.reduce_depth += 1  # anything left to reduce here is a plain loop (no barriers)
+        self.emit_stores([lane])
+        self.reduce_depth -= 1
+        if tail is not None:
+            self.close_if(tail)
+        self.close_range(rng)
         self.close_range(outer)
         return 0 if 0 in shape else rows
 
@@ -636,16 +674,12 @@ class Lowerer:
         if len(axes) < 2 or 0 in shape:
             return None
         inner, outer = axes[-1], axes[-2]
-        loads = [{a: _stride(expr, a) for a in axes} for expr, _in_reduce in self.load_indices(shape)]
-        for strides in loads:
+        for expr, _in_reduce in self.load_indices(shape):
+            strides = {a: _stride(expr, a) for a in axes}
             if strides[inner] == 1 and shape[inner] < _ROW_LOOP_MIN and abs(strides[outer]) >= _FAR_STRIDE:
                 # Broadcast axes (stride 0) outermost, then by decreasing stride (stable: ties
                 # keep the output's order).
-                order = sorted(axes, key=lambda a: (strides[a] != 0, -abs(strides[a])))
-                # Not when another load would then walk memory badly (two packs of one value
-                # in different layouts merged into one kernel).
-                if all(other[order[-1]] in (0, 1) for other in loads):
-                    return order
+                return sorted(axes, key=lambda a: (strides[a] != 0, -abs(strides[a])))
         return None
 
     def lower_in_order(self, shape: tuple[int, ...], order: list[int]) -> int:
@@ -699,7 +733,7 @@ class Lowerer:
             buf = self.add("BUF", store.value.dtype, (), slot)
             values = self.emit(store.value, lanes)
             # In a grouped kernel every item holds the result; the first one stores it.
-            single = self.open_if(sym.lt(self.lid, 1)) if self.group else None
+            single = self.open_if(sym.lt(self.lid, 1)) if self.group and not self.items_store else None
             for lane, value in zip(lanes, values):
                 if store.view is None:
                     target = lane.linear
