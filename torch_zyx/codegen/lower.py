@@ -674,12 +674,16 @@ class Lowerer:
         if len(axes) < 2 or 0 in shape:
             return None
         inner, outer = axes[-1], axes[-2]
-        for expr, _in_reduce in self.load_indices(shape):
-            strides = {a: _stride(expr, a) for a in axes}
+        loads = [{a: _stride(expr, a) for a in axes} for expr, _in_reduce in self.load_indices(shape)]
+        for strides in loads:
             if strides[inner] == 1 and shape[inner] < _ROW_LOOP_MIN and abs(strides[outer]) >= _FAR_STRIDE:
                 # Broadcast axes (stride 0) outermost, then by decreasing stride (stable: ties
                 # keep the output's order).
-                return sorted(axes, key=lambda a: (strides[a] != 0, -abs(strides[a])))
+                order = sorted(axes, key=lambda a: (strides[a] != 0, -abs(strides[a])))
+                # Not when another load would then walk memory badly (two packs of one value
+                # in different layouts merged into one kernel).
+                if all(other[order[-1]] in (0, 1) for other in loads):
+                    return order
         return None
 
     def lower_in_order(self, shape: tuple[int, ...], order: list[int]) -> int:
