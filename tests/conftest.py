@@ -4,6 +4,12 @@ import pytest
 import torch
 
 import torch_zyx
+from torch_zyx.config import CONFIG
+
+# The backend of zyx:0, the device the tests use (`make test-opencl`: ZYX_BACKENDS=opencl).
+# Read from the configuration, not the devices: creating those here would be too early for
+# test_backends.py, which adds the OpenCL backend before any device exists.
+ZYX0_BACKEND = CONFIG.backends[0] if CONFIG.backends else "cpu"
 
 # CPU torch computes the reference results single-threaded: GNU OpenMP is not fork-safe, and
 # test_opinfo.py forks each test; a child of a process whose OpenMP pool exists hangs in its

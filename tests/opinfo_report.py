@@ -5,6 +5,11 @@ Usage::
     ZYX_OPINFO_FULL=1 ZYX_OPINFO_RECORD=/tmp/opinfo .venv/bin/python -m pytest -n auto tests/test_opinfo.py
     .venv/bin/python tests/opinfo_report.py /tmp/opinfo [--write]
 
+A run with an OpenCL device as zyx:0 (``ZYX_BACKENDS=opencl``) is reported with ``--backend
+opencl``: its expected failures are the CPU file's plus ``opinfo_expected_failures_opencl.json``,
+and ``--write`` rewrites only the OpenCL file, with the failures the CPU file does not list. A
+recorded OpenCL run is usually a slice, so the OpenCL entries of tests it did not run are kept.
+
 The pass rate counts (op, dtype) pairs of ``test_forward`` that pass natively (CPU fallback
 disabled), for float32 and over all tested dtypes; gradient and error-input variants are
 reported separately. Failures are grouped by their one-line reason with numbers masked.
@@ -19,6 +24,7 @@ import re
 from pathlib import Path
 
 EXPECTED_FILE = Path(__file__).with_name("opinfo_expected_failures.json")
+EXPECTED_OPENCL_FILE = Path(__file__).with_name("opinfo_expected_failures_opencl.json")
 DTYPES = ("float32", "float64", "int64", "int32", "bool", "float16", "bfloat16")
 
 
@@ -50,7 +56,10 @@ def rate(results, names) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("record_dir", type=Path)
-    parser.add_argument("--write", action="store_true", help=f"rewrite {EXPECTED_FILE.name}")
+    parser.add_argument("--write", action="store_true",
+                        help=f"rewrite {EXPECTED_FILE.name} (with --backend opencl: {EXPECTED_OPENCL_FILE.name})")
+    parser.add_argument("--backend", choices=("cpu", "opencl"), default="cpu",
+                        help="the backend that was zyx:0 in the recorded run")
     parser.add_argument("--top", type=int, default=15, help="failure groups to print")
     args = parser.parse_args()
     results = load(args.record_dir)
@@ -74,14 +83,30 @@ def main() -> None:
     if crashes:
         print("crashes by dtype (last id part): " + ", ".join(f"{k} {v}" for k, v in crashes.most_common()))
 
-    expected = json.loads(EXPECTED_FILE.read_text()) if EXPECTED_FILE.exists() else {}
-    stale = sorted(n for n in expected if results.get(n, ("",))[0] == "pass")
+    expected = load_expected(EXPECTED_FILE)
+    opencl_expected = load_expected(EXPECTED_OPENCL_FILE) if args.backend == "opencl" else {}
+    stale = sorted(n for n in {**expected, **opencl_expected} if results.get(n, ("",))[0] == "pass")
     if stale:
         print(f"\n{len(stale)} expected failures pass now (stale), e.g. {stale[:5]}")
-    if args.write:
-        failing = {n: r for n, (o, r) in sorted(results.items()) if o == "fail"}
-        EXPECTED_FILE.write_text(json.dumps(failing, indent=0, sort_keys=True) + "\n")
-        print(f"wrote {len(failing)} entries to {EXPECTED_FILE}")
+    failing = {n: r for n, (o, r) in sorted(results.items()) if o == "fail"}
+    if args.backend == "opencl":
+        # Failures the CPU file lists are not the OpenCL file's business (the CPU run owns them).
+        only_here = {n: r for n, r in failing.items() if n not in expected}
+        print(f"failures not in {EXPECTED_FILE.name}: {len(only_here)}")
+        if args.write:
+            kept = {n: r for n, r in opencl_expected.items() if n not in results}
+            write_expected(EXPECTED_OPENCL_FILE, {**kept, **only_here})
+    elif args.write:
+        write_expected(EXPECTED_FILE, failing)
+
+
+def load_expected(path: Path) -> dict[str, str]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_expected(path: Path, entries: dict[str, str]) -> None:
+    path.write_text(json.dumps(dict(sorted(entries.items())), indent=0, sort_keys=True) + "\n")
+    print(f"wrote {len(entries)} entries to {path}")
 
 
 if __name__ == "__main__":

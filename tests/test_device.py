@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_close
+from conftest import ZYX0_BACKEND, assert_close
 
 import torch_zyx
 from torch_zyx.config import CONFIG
@@ -137,9 +137,10 @@ def test_debug_output_and_fallback_env():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "zyx schedule kernel 0" in out and "store t" in out
-    assert "define void @k_" in out  # generated LLVM IR
+    source_start = {"cpu": "define void @k_", "opencl": "__kernel void k_"}[ZYX0_BACKEND]
+    assert source_start in out  # generated LLVM IR / OpenCL C
     assert "zyx launch k_" in out
-    assert out.index("zyx schedule kernel 0") < out.index("define void")
+    assert out.index("zyx schedule kernel 0") < out.index(source_start)
     assert "24.0" in out
     raised = [line for line in out.splitlines() if line.startswith("raised")]
     assert raised and "aten.histc" in raised[0] and "float32" in raised[0]
@@ -172,6 +173,8 @@ def test_fallback_runs_on_cpu_and_counts(counters):
 
 
 
+@pytest.mark.skipif(ZYX0_BACKEND == "opencl", reason="an OpenCL context does not survive fork (PoCL's "
+                    "driver threads are gone in the child); OpInfo tests use a spawned worker there")
 def test_forked_child_can_launch_kernels():
     # The CPU runtime's thread pool does not survive fork(); the child must get its own, or a
     # large launch waits forever (this hung forked OpInfo tests).

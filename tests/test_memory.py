@@ -5,7 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
+from conftest import ZYX0_BACKEND
 
 from torch_zyx.memory.events import Event, EventTable
 from torch_zyx.memory.host import HostPool
@@ -110,7 +112,9 @@ def test_launch_event_waited_before_buffer_reuse():
         a = torch.arange(1 << 20, device="zyx", dtype=torch.float32)
         b = (a * 2 + 1).sum()
         del a
-        assert b.item() == float(sum(range(1 << 20)) * 2 + (1 << 20))
+        # A race reads stale or foreign values: far off. The tolerance is float32 rounding, which
+        # depends on the device's reduction order (OpenCL reduces in a work-group tree).
+        assert b.item() == pytest.approx(float(sum(range(1 << 20)) * 2 + (1 << 20)), rel=1e-6)
     ctx.synchronize()
 
 
@@ -128,6 +132,8 @@ def _run(cache_dir: Path) -> subprocess.CompletedProcess:
                           text=True, check=False, timeout=120)
 
 
+@pytest.mark.skipif(ZYX0_BACKEND == "opencl", reason="zyx's disk cache holds the CPU backend's LLVM "
+                    "objects; OpenCL programs are cached by pyopencl and the driver (PoCL's kcache)")
 def test_disk_kernel_cache_reused_by_second_process(tmp_path, monkeypatch):
     from torch_zyx.config import CONFIG
 

@@ -17,21 +17,34 @@ Environment:
   id runs (``make test``).
 - ``ZYX_OPINFO_RECORD=<dir>`` appends each test's outcome to ``<dir>/<worker>.jsonl``;
   ``tests/opinfo_report.py <dir>`` prints pass rates and rewrites the expected failures.
-- ``ZYX_OPINFO_FORK=0`` runs tests in-process (debugging); by default each runs in a fork.
+- ``ZYX_OPINFO_ISOLATE`` says where a test body runs: ``fork`` (default on the CPU backend: a
+  forked child per test), ``worker`` (default when an OpenCL backend is enabled: one spawned
+  worker process per pytest process, restarted after a crash or a hang) or ``none`` (in-process,
+  for debugging; ``ZYX_OPINFO_FORK=0`` means the same). OpenCL cannot fork: a child of a process
+  that has touched OpenCL at all (even ``clGetPlatformIDs``; PoCL starts its driver threads there)
+  hangs in its first OpenCL call, and ``import torch.testing._internal.common_utils`` already
+  asks ``torch.zyx.is_available()``, so the pytest process always has. A spawned worker is a
+  fresh process; it also keeps its compiled kernels from test to test, which a fork loses.
 - ``ZYX_OPINFO_STRICT=1`` makes an expected failure that now passes fail (stale entry).
 
 Known failures live in ``tests/opinfo_expected_failures.json`` (test name -> one-line reason)
 and are applied as non-strict xfails: the ops helper fixes lowerings concurrently, so a fixed
-op must not break ``make test``; the report script lists such stale entries instead.
+op must not break ``make test``; the report script lists such stale entries instead. When zyx:0
+is an OpenCL device, ``tests/opinfo_expected_failures_opencl.json`` adds the failures only seen
+there (``tests/opinfo_report.py --write --backend opencl``).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
 import select
 import signal
+import subprocess
+import sys
+import unittest
 import zlib
 from pathlib import Path
 
@@ -54,15 +67,34 @@ DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, to
 FULL = os.environ.get("ZYX_OPINFO_FULL", "") not in ("", "0")
 STRIDE = int(os.environ.get("ZYX_OPINFO_STRIDE", "12") or 12)
 RECORD_DIR = os.environ.get("ZYX_OPINFO_RECORD", "")
-# Fork each test (default; ZYX_OPINFO_FORK=0 debugs in-process): a zyx kernel that segfaults
-# would otherwise kill the xdist worker and lose every outcome after it.
-FORK = os.environ.get("ZYX_OPINFO_FORK", "1") not in ("", "0")
+# The zyx device the tests run on (zyx:0) is the first configured backend.
+BACKEND = CONFIG.backends[0] if CONFIG.backends else "cpu"
+# Isolate each test (default): a zyx kernel that segfaults would otherwise kill the xdist worker
+# and lose every outcome after it. Forking is cheap but a child cannot use OpenCL (docstring);
+# with the CPU as zyx:0 the children never touch the OpenCL devices test_backends.py adds.
+_DEFAULT_ISOLATE = "worker" if BACKEND == "opencl" else "fork"
+if os.environ.get("ZYX_OPINFO_FORK", "1") in ("", "0"):
+    _DEFAULT_ISOLATE = "none"
+ISOLATE = os.environ.get("ZYX_OPINFO_ISOLATE", "") or _DEFAULT_ISOLATE
+if ISOLATE not in ("fork", "worker", "none"):
+    raise ValueError(f"ZYX_OPINFO_ISOLATE={ISOLATE!r}: expected fork, worker or none")
 CRASH = "Crash:"
 STRICT = os.environ.get("ZYX_OPINFO_STRICT", "") not in ("", "0")
 # A hung kernel compile must not stall the whole (2-core) run; the alarm turns it into a failure.
 TEST_TIMEOUT_S = int(os.environ.get("ZYX_OPINFO_TIMEOUT", "120") or 120)
+
+
+def _load(path: Path) -> dict[str, str]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 EXPECTED_FILE = Path(__file__).with_name("opinfo_expected_failures.json")
-EXPECTED: dict[str, str] = json.loads(EXPECTED_FILE.read_text()) if EXPECTED_FILE.exists() else {}
+EXPECTED_OPENCL_FILE = Path(__file__).with_name("opinfo_expected_failures_opencl.json")
+# Test name -> reason. On OpenCL the CPU file's entries apply too (most failures are missing
+# lowerings, the same on every backend); the OpenCL file lists only the failures seen there alone.
+EXPECTED: dict[str, str] = _load(EXPECTED_FILE)
+if BACKEND == "opencl":
+    EXPECTED.update(_load(EXPECTED_OPENCL_FILE))
 
 # Outputs of these ops are random or uninitialized: only shape and dtype are comparable.
 _RANDOM_WORDS = ("rand", "normal", "bernoulli", "multinomial", "dropout", "uniform", "empty",
@@ -197,21 +229,134 @@ def run_forked(body) -> None:
         raise ForkedFailure(msg)
 
 
+class Worker:
+    """A spawned Python process that runs test bodies by test id (``serve``), one at a time.
+
+    Requests and replies are lines on two pipes of their own (the test's prints cannot mix
+    in). The worker is started on first use and again after it crashed or was killed.
+    """
+
+    proc: subprocess.Popen | None = None
+
+    @classmethod
+    def start(cls) -> None:
+        to_read, to_write = os.pipe()  # parent -> worker
+        from_read, from_write = os.pipe()  # worker -> parent
+        code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import torch_zyx; "
+                f"import test_opinfo; test_opinfo.serve({to_read}, {from_write})")
+        # torch_zyx first: it registers the zyx device before torch's test modules look for it.
+        env = {**os.environ, "ZYX_OPINFO_ISOLATE": "none"}
+        cls.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_read, from_write),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
+        os.close(to_read)
+        os.close(from_write)
+        cls.requests = os.fdopen(to_write, "w")
+        cls.replies = os.fdopen(from_read, "r")
+
+    @classmethod
+    def close(cls) -> None:
+        """At exit: end of requests; the worker's loop ends and it exits, and is waited for."""
+        if cls.proc is not None:
+            cls.requests.close()
+            try:
+                cls.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                cls.proc.kill()
+                cls.proc.wait()
+            cls.replies.close()
+            cls.proc = None
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.proc is not None:
+            cls.proc.kill()
+            cls.proc.wait()
+            cls.requests.close()
+            cls.replies.close()
+            cls.proc = None
+
+    @classmethod
+    def run(cls, test_id: str) -> None:
+        """Run the test ``test_id`` (``Class.method``) in the worker; raise its failure."""
+        if cls.proc is None:
+            cls.start()
+        try:
+            cls.requests.write(test_id + "\n")
+            cls.requests.flush()
+        except BrokenPipeError:
+            pass  # it died since the last test: the reply read below finds out how
+        # Importing torch and op_db takes the new worker ~10-20 s on a busy machine.
+        ready, _, _ = select.select([cls.replies], [], [], TEST_TIMEOUT_S + 60)
+        if not ready:
+            cls.stop()
+            raise ForkedFailure(f"Timeout: test did not finish in {TEST_TIMEOUT_S}s in the worker (killed)")
+        reply = cls.replies.readline()
+        if not reply:  # EOF: the worker died in the test
+            code = cls.proc.wait()
+            cls.proc = None
+            cls.requests.close()
+            cls.replies.close()
+            how = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+            raise ForkedFailure(f"{CRASH} {how}")
+        msg = json.loads(reply)
+        if msg:
+            raise ForkedFailure(msg)
+
+
+atexit.register(Worker.close)
+
+# True in the worker process (``serve``): run_checked runs the body in-process there.
+IN_WORKER = False
+# In the worker: the message of the last failure inside run_checked ("" when it passed).
+_worker_failure = [""]
+
+
+def serve(read_fd: int, write_fd: int) -> None:
+    """The worker's loop: read a test id, run that test in-process, reply its failure or ""."""
+    global IN_WORKER
+    IN_WORKER = True
+    replies = os.fdopen(write_fd, "w")
+    set_up: set[type] = set()
+    for line in os.fdopen(read_fd):
+        cls_name, method = line.strip().split(".")
+        cls = globals()[cls_name]
+        if cls not in set_up:
+            cls.setUpClass()
+            set_up.add(cls)
+        _worker_failure[0] = ""
+        result = unittest.TestResult()
+        cls(method).run(result)
+        msg = _worker_failure[0]
+        if not msg and (result.errors or result.failures):  # failed outside the test body
+            msg = (result.errors + result.failures)[0][1].strip().splitlines()[-1][:200]
+        replies.write(json.dumps(msg) + "\n")
+        replies.flush()
+
+
 class TestZyxOpInfo(TestCase):
     """PyTorch's device-generic OpInfo tests, instantiated for zyx only."""
 
     def run_checked(self, body):
         """Run ``body`` without CPU fallback; record the outcome; xfail known failures."""
         name = self._testMethodName
-        # A crash cannot be xfailed in-process (it kills the worker); forked runs still try it.
-        if EXPECTED.get(name, "").startswith(CRASH) and not FORK:
-            self.skipTest(f"known crash, run with ZYX_OPINFO_FORK=1 to retry: {EXPECTED[name]}")
+        if IN_WORKER:
+            try:
+                run_inline(body)
+            except BaseException as exc:  # the parent turns it into the test failure
+                _worker_failure[0] = one_line(exc) or "failure"
+                raise
+            return
+        # A crash cannot be xfailed in-process (it kills the worker); isolated runs still try it.
+        if EXPECTED.get(name, "").startswith(CRASH) and ISOLATE == "none":
+            self.skipTest(f"known crash, run with ZYX_OPINFO_ISOLATE=fork to retry: {EXPECTED[name]}")
         # A known hang costs the whole timeout; only the full run (make test-ops) retries it.
         if EXPECTED.get(name, "").startswith("Timeout:") and not FULL:
             self.skipTest(f"known hang, ZYX_OPINFO_FULL=1 retries it: {EXPECTED[name]}")
         try:
-            if FORK:
+            if ISOLATE == "fork":
                 run_forked(body)
+            elif ISOLATE == "worker":
+                Worker.run(f"{type(self).__name__}.{name}")
             else:
                 run_inline(body)
         except Exception as exc:  # every failure is recorded, then re-raised or xfailed

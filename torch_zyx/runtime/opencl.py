@@ -52,7 +52,10 @@ class OpenCLProgram:
             local = self.group_size
             padded = max(global_size, 1) * local
         else:
-            local = min(self._local, max(global_size, 1))
+            # Always the same local size, even for a launch smaller than one group: PoCL compiles
+            # a kernel again for every new local size (1-2 s each), and surplus items exit at
+            # the guard.
+            local = self._local
             padded = -(-max(global_size, 1) // local) * local
         wait_for = cl_wait_list(wait_events, device.context)
         # The queue is used from one thread (the recording thread); set_args + enqueue is safe.
