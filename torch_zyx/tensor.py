@@ -58,19 +58,54 @@ def zdtype(dtype: torch.dtype) -> dtypes.DType:
 
 
 class Storage:
-    """Flat contents shared by every view: a lazy ``value`` node of shape (numel,)."""
+    """Flat contents shared by every view: a lazy ``value`` node of shape (numel,).
 
-    __slots__ = ("__weakref__", "device", "dtype", "numel", "seq", "value")
+    A storage filled whole by one node (an op's fresh result, a full in-place overwrite) keeps
+    that node as ``shaped`` and builds the flat ``value`` (a RESHAPE of it) only when something
+    needs it: reading the tensor itself returns ``shaped``, so recording a chain of ops builds
+    no RESHAPE node per op.
+    """
 
-    def __init__(self, value: Node, device):
-        self.value = value
-        self.dtype = value.dtype
-        self.numel = value.shape[0]
+    __slots__ = ("__weakref__", "_shaped", "_value", "device", "dtype", "numel", "seq")
+
+    def __init__(self, value: Node | None, device, shaped: Node | None = None):
+        if shaped is None:
+            self._value = value
+            self._shaped = None
+            self.dtype = value.dtype
+            self.numel = value.shape[0]
+        else:
+            self._value = None
+            self._shaped = shaped
+            self.dtype = shaped.dtype
+            self.numel = math.prod(shaped.shape)
         self.device = device
         self.seq = seq = next(_storage_seq)
         ref = _KeyedRef(self, _storage_died)
         ref.key = seq
         _live_storages[seq] = ref
+
+    @property
+    def value(self) -> Node:
+        value = self._value
+        if value is None:
+            value = self._value = g.flat(self._shaped)
+        return value
+
+    @value.setter
+    def value(self, value: Node) -> None:
+        self._value = value
+        self._shaped = None
+
+    @property
+    def shaped(self) -> Node | None:
+        """The node whose row-major contents are the whole storage, when there is one."""
+        return self._shaped
+
+    def assign(self, node: Node) -> None:
+        """Make ``node`` (``numel`` elements of the storage's dtype) the whole contents."""
+        self._value = None
+        self._shaped = node
 
     def realize(self):
         """The buffer holding this storage's contents (computing pending work).
@@ -214,18 +249,26 @@ def restride(t: ZyxTensor, storage: Storage, size, strides, offset: int) -> None
 
 def read(t: ZyxTensor) -> Node:
     """The lazy value of ``t`` in its logical shape."""
-    return g.strided(t._storage.value, t.shape, t.stride(), t.storage_offset())
+    storage = t._storage
+    shape, strides, offset = t.shape, t.stride(), t.storage_offset()
+    shaped = storage._shaped
+    if shaped is not None and offset == 0 and shape == shaped.shape and strides == g.contiguous_strides(shape):
+        return shaped  # the whole storage, as it was stored (what strided(flat(shaped)) gives)
+    return g.strided(storage.value, shape, strides, offset)
 
 
 def wrap(node: Node, device) -> ZyxTensor:
     """A fresh contiguous tensor holding ``node``."""
     shape = node.shape
-    storage = Storage(g.flat(node), device)
+    storage = Storage(None, device, node)
     if g.PendingCounter.count > CONFIG.max_pending:
         realize_all()
+    torch_device = _torch_devices.get(device.index)
+    if torch_device is None:
+        torch_device = _torch_device(device.index)
     # Contiguous with offset 0 are _make_wrapper_subclass's defaults (cheaper than passing them).
     out = torch.Tensor._make_wrapper_subclass(
-        ZyxTensor, shape, dtype=ZYX_TO_TORCH[storage.dtype], device=_torch_device(device.index),
+        ZyxTensor, shape, dtype=ZYX_TO_TORCH[storage.dtype], device=torch_device,
         storage_size=_VIRTUAL_STORAGE_BYTES)
     out._storage = storage
     return out
@@ -240,7 +283,7 @@ def write(t: ZyxTensor, node: Node) -> None:
         node = g.expand(g.reshape(node, (1,) * (len(shape) - len(node.shape)) + node.shape), shape)
     strides, offset = tuple(t.stride()), t.storage_offset()
     if offset == 0 and math.prod(shape) == storage.numel and strides == g.contiguous_strides(shape):
-        storage.value = g.reshape(node, (storage.numel,))
+        storage.assign(node)
     elif math.prod(shape) == 0:
         return
     else:

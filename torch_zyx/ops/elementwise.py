@@ -36,8 +36,15 @@ def c(value, like: Node) -> Node:
 
 
 def b(op: str, x: Node, y: Node) -> Node:
-    if x.shape != y.shape:
-        x, y = broadcast(x, y)
+    xs, ys = x.shape, y.shape
+    if xs != ys:
+        # A 0-d operand (a scalar) broadcasts to the other's shape: the common case, done directly.
+        if not ys:
+            y = g.broadcast_to(y, xs)
+        elif not xs:
+            x = g.broadcast_to(x, ys)
+        else:
+            x, y = broadcast(x, y)
     return g.binary(op, x, y)
 
 

@@ -87,12 +87,11 @@ def operands(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], torch.dtype, objec
     device = None
     for a in args:
         if isinstance(a, ZyxTensor):
-            storage = a._storage
-            node = g.strided(storage.value, a.shape, a.stride(), a.storage_offset())  # read(a)
+            node = read(a)
             key.append((node.dtype, node.shape == ()))
             values.append(node)
             if device is None:
-                device = storage.device
+                device = a._storage.device
         elif a is not None:
             key.append((a.dtype, a.dim() == 0) if isinstance(a, torch.Tensor) else type(a))
             values.append(a)
