@@ -810,3 +810,46 @@ def test_gcd_lcm():
 def test_equal_zero_dim():
     check(lambda a, b: torch.equal(a, b), torch.tensor(1.5), torch.tensor(2.5))
     check(lambda a, b: torch.equal(a, b), torch.tensor(1.5), torch.tensor(1.5))
+
+
+# ---------------------------------------------------------------------------- pooling (1d-3d, adaptive)
+
+POOLS = {
+    "max_pool3d": lambda t: F.max_pool3d(t, 2, stride=1, padding=1, return_indices=True),
+    "max_pool3d_ceil": lambda t: F.max_pool3d(t, (2, 3, 2), stride=2, ceil_mode=True),
+    "avg_pool3d": lambda t: F.avg_pool3d(t, (2, 3, 2), stride=(1, 2, 2), padding=(0, 1, 1), ceil_mode=True),
+    "avg_pool3d_no_pad": lambda t: F.avg_pool3d(t, 2, stride=1, padding=1, count_include_pad=False),
+    "adaptive_max_pool1d": lambda t: F.adaptive_max_pool1d(t.flatten(2), 3, return_indices=True),
+    "adaptive_max_pool2d": lambda t: F.adaptive_max_pool2d(t.flatten(1, 2), (3, 4), return_indices=True),
+    "adaptive_max_pool3d": lambda t: F.adaptive_max_pool3d(t, (2, 3, 5), return_indices=True),
+    "adaptive_avg_pool2d": lambda t: F.adaptive_avg_pool2d(t.flatten(1, 2), (4, 3)),
+    "adaptive_avg_pool3d": lambda t: F.adaptive_avg_pool3d(t, (3, 2, 4)),
+    "interpolate_area": lambda t: F.interpolate(t, size=(2, 3, 5), mode="area"),
+}
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_pools(name, dtype):
+    if dtype == torch.bfloat16 and name.startswith("avg_pool3d"):
+        pytest.skip("CPU torch has no bfloat16 avg_pool3d kernel to compare with")
+    check(POOLS[name], make((2, 3, 5, 4, 7), dtype))
+
+
+@pytest.mark.parametrize("name", [n for n in POOLS if "ceil" not in n])
+def test_pool_grads(name):
+    x = make((2, 3, 5, 4, 7), torch.float32)
+
+    def grad(t):
+        t = t.clone().requires_grad_()
+        out = POOLS[name](t)
+        out = out[0] if isinstance(out, tuple) else out
+        weight = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape).to(out.device)
+        (out * weight).sum().backward()
+        return t.grad
+
+    check(grad, x)
+
+
+def test_avg_pool3d_integer_division():
+    check(lambda t: F.avg_pool3d(t, 2, stride=1), make((1, 2, 3, 4, 4), torch.int64, low=-50, high=50))

@@ -15,9 +15,11 @@ from . import (  # noqa: F401  (registration)
     matmul,
     movement,
     nn,
+    pooling,
     reduce,
     scan,
     scatter,
+    search,
     sort,
     special,
 )

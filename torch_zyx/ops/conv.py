@@ -1,4 +1,5 @@
-"""Convolution, pooling and batch norm lowerings (forward and backward), zyx style.
+"""Convolution and batch norm lowerings (forward and backward), zyx style; the window views
+that pooling (ops/pooling.py) shares.
 
 A convolution is a matmul over windows: the input is padded and viewed as sliding windows
 (``windows``: one strided view of the padded value, no copy) of shape
@@ -14,8 +15,6 @@ Any number of spatial dimensions works (1d, 2d, 3d); half types accumulate in fl
 
 from __future__ import annotations
 
-import math
-
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
@@ -23,11 +22,11 @@ from ..tensor import read, wrap, write, zdtype
 from .registry import aten, register
 
 
-def _acc(node: Node) -> Node:
+def accumulate(node: Node) -> Node:
     return g.cast(node, dtypes.float32) if node.dtype in (dtypes.float16, dtypes.bfloat16) else node
 
 
-def _ntuple(value, n: int) -> tuple[int, ...]:
+def ntuple(value, n: int) -> tuple[int, ...]:
     if isinstance(value, int):
         return (value,) * n
     value = tuple(int(v) for v in value)
@@ -120,7 +119,7 @@ def conv_nodes(x: Node, w: Node, stride, padding, dilation, groups: int, pad_aft
                            padding if pad_after is None else pad_after)
     full = win.shape
     wb = g.expand(g.reshape(w, (1,) + w.shape[:2] + (1,) * nsp + kernel), full)
-    prod = g.binary("mul", _acc(win), _acc(wb))
+    prod = g.binary("mul", accumulate(win), accumulate(wb))
     axes = (2,) + tuple(range(3 + nsp, 3 + 2 * nsp))
     return g.reshape(g.reduce("sum", prod, axes), full[:2] + full[3:3 + nsp])
 
@@ -151,7 +150,7 @@ def _weight_grad(x: Node, gy: Node, kernel, stride, padding, dilation, groups: i
                    + tuple((0, k) for k in kernel))
     full = win.shape
     gb = g.expand(g.reshape(gy, gy.shape[:2] + (1,) + gy.shape[2:] + (1,) * nsp), full)
-    prod = g.binary("mul", _acc(win), _acc(gb))
+    prod = g.binary("mul", accumulate(win), accumulate(gb))
     red = g.reduce("sum", prod, (0,) + tuple(range(3, 3 + nsp)))
     return g.reshape(red, full[1:3] + tuple(kernel))
 
@@ -163,7 +162,7 @@ def _conv_out(size, kernel, stride, padding, dilation):
 
 def _params(x, weight, stride, padding, dilation):
     nsp = weight.dim() - 2
-    return nsp, _ntuple(stride, nsp), _ntuple(padding, nsp), _ntuple(dilation, nsp)
+    return nsp, ntuple(stride, nsp), ntuple(padding, nsp), ntuple(dilation, nsp)
 
 
 @register(aten.convolution.default, aten.convolution_overrideable.default)
@@ -174,14 +173,14 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     dtype = zdtype(x.dtype)
     xn, wn = read(x), read(weight)
     if transposed:
-        output_padding = _ntuple(output_padding, nsp)
+        output_padding = ntuple(output_padding, nsp)
         size = tuple((s - 1) * st - 2 * p + d * (k - 1) + op + 1 for s, st, p, d, k, op in
                      zip(x.shape[2:], stride, padding, dilation, weight.shape[2:], output_padding))
         out = conv_transpose_nodes(xn, wn, stride, padding, dilation, groups, size)
     else:
         out = conv_nodes(xn, wn, stride, padding, dilation, groups)
     if bias is not None:
-        bn = g.reshape(_acc(g.cast(read(bias), dtype)), (1, bias.shape[0]) + (1,) * nsp)
+        bn = g.reshape(accumulate(g.cast(read(bias), dtype)), (1, bias.shape[0]) + (1,) * nsp)
         out = g.binary("add", out, g.expand(bn, out.shape))
     return wrap(g.cast(out, dtype), x._storage.device)
 
@@ -210,144 +209,9 @@ def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation,
             node = _weight_grad(xn, gy, kernel, stride, padding, dilation, groups)
         gw = wrap(g.cast(node, zdtype(weight.dtype)), dev)
     if output_mask[2]:
-        node = g.reduce("sum", _acc(gy), (0,) + tuple(range(2, 2 + nsp)))
+        node = g.reduce("sum", accumulate(gy), (0,) + tuple(range(2, 2 + nsp)))
         gb = wrap(g.cast(g.reshape(node, (grad.shape[1],)), zdtype(grad.dtype)), dev)
     return gi, gw, gb
-
-
-# ------------------------------------------------------------------------------- pooling
-
-
-def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, nsp=2):
-    kernel = _ntuple(kernel_size, nsp)
-    stride = _ntuple(stride, nsp) if stride else kernel
-    padding, dilation = _ntuple(padding, nsp), _ntuple(dilation, nsp)
-    size = tuple(x.shape[-nsp:])
-    out = []
-    for s, k, st, p, d in zip(size, kernel, stride, padding, dilation):
-        span = s + 2 * p - d * (k - 1) - 1
-        o = (span + (st - 1 if ceil_mode else 0)) // st + 1
-        if ceil_mode and (o - 1) * st >= s + p:
-            o -= 1  # the last window must start inside the input or its left padding
-        out.append(o)
-    # Right padding that makes exactly ``out`` windows (ceil mode can need more than ``padding``).
-    after = tuple((o - 1) * st + d * (k - 1) + 1 - s - p
-                  for o, st, d, k, s, p in zip(out, stride, dilation, kernel, size, padding))
-    return kernel, stride, padding, dilation, tuple(out), after
-
-
-def _window_positions(size, out, kernel, stride, padding, dilation) -> Node:
-    """Flat input-plane position (int64) read by each (window, kernel offset): (*out, *kernel)."""
-    nsp = len(kernel)
-    shape = tuple(out) + tuple(kernel)
-    inner = g.contiguous_strides(tuple(size))
-    total = None
-    for i in range(nsp):
-        o_axis = tuple(out[i] if j == i else 1 for j in range(nsp)) + (1,) * nsp
-        k_axis = (1,) * nsp + tuple(kernel[i] if j == i else 1 for j in range(nsp))
-        o = g.reshape(g.iota((out[i],)), o_axis)
-        k = g.reshape(g.iota((kernel[i],)), k_axis)
-        o = g.expand(g.binary("mul", o, g.const(stride[i] * inner[i], dtypes.int64, o.shape)), shape)
-        k = g.expand(g.binary("mul", k, g.const(dilation[i] * inner[i], dtypes.int64, k.shape)), shape)
-        term = g.binary("add", g.binary("add", o, k), g.const(-padding[i] * inner[i], dtypes.int64, shape))
-        total = term if total is None else g.binary("add", total, term)
-    return total
-
-
-def _lowest(dtype: dtypes.DType):
-    return float("-inf") if dtype.is_float else (False if dtype == dtypes.bool_ else -(1 << 63))
-
-
-@register(aten.max_pool2d_with_indices.default)
-def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    kernel, stride, padding, dilation, out, after = _pool_geometry(x, kernel_size, stride, padding, dilation,
-                                                                   ceil_mode)
-    node = read(x)
-    lead = node.shape[:-2]
-    win = windows(node, kernel, stride, dilation, padding, after, fill=_lowest(node.dtype))
-    axes = tuple(range(len(lead) + 2, len(lead) + 4))
-    best = g.reduce("max", win, axes)
-    valid = windows(g.const(True, dtypes.bool_, node.shape), kernel, stride, dilation, padding, after)
-    hit = g.binary("eq", win, g.expand(best, win.shape))
-    if node.dtype.is_float:
-        hit = g.binary("or", hit, g.unary("isnan", win))
-    hit = g.binary("and", hit, valid)
-    pos = g.expand(g.reshape(_window_positions(node.shape[-2:], out, kernel, stride, padding, dilation),
-                             (1,) * len(lead) + tuple(out) + kernel), win.shape)
-    big = g.const(math.prod(node.shape[-2:]), dtypes.int64, win.shape)
-    index = g.reduce("min", g.where(hit, pos, big), axes)
-    dev = x._storage.device
-    return wrap(g.reshape(best, lead + out), dev), wrap(g.reshape(index, lead + out), dev)
-
-
-@register(aten.max_pool2d_with_indices_backward.default)
-def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    kernel, stride, padding, dilation, out, _after = _pool_geometry(x, kernel_size, stride, padding, dilation,
-                                                                    ceil_mode)
-    gy, idx = read(grad), read(indices)
-    lead = gy.shape[:-2]
-    shape = lead + out + kernel
-    pos = g.expand(g.reshape(_window_positions(x.shape[-2:], out, kernel, stride, padding, dilation),
-                             (1,) * len(lead) + out + kernel), shape)
-    tail = (1,) * len(kernel)
-    hit = g.binary("eq", g.expand(g.reshape(idx, idx.shape + tail), shape), pos)
-    gb = g.expand(g.reshape(_acc(gy), gy.shape + tail), shape)
-    c = g.where(hit, gb, g.const(0, gb.dtype, shape))
-    node = unwindow(c, kernel, stride, dilation, padding, tuple(x.shape[-2:]))
-    return wrap(g.cast(node, zdtype(grad.dtype)), grad._storage.device)
-
-
-def _avg_divisor(size, out, kernel, stride, padding, count_include_pad) -> Node:
-    """Per window: how many elements the average divides by (PyTorch's rule), as float32 (*out)."""
-    nsp = len(kernel)
-    total = None
-    for i in range(nsp):
-        o = g.iota((out[i],))
-        start = g.binary("sub", g.binary("mul", o, g.const(stride[i], dtypes.int64, o.shape)),
-                         g.const(padding[i], dtypes.int64, o.shape))
-        end = g.binary("min", g.binary("add", start, g.const(kernel[i], dtypes.int64, o.shape)),
-                       g.const(size[i] + padding[i], dtypes.int64, o.shape))
-        if not count_include_pad:
-            start = g.binary("max", start, g.const(0, dtypes.int64, o.shape))
-            end = g.binary("min", end, g.const(size[i], dtypes.int64, o.shape))
-        count = g.reshape(g.binary("sub", end, start), tuple(out[i] if j == i else 1 for j in range(nsp)))
-        count = g.expand(count, tuple(out))
-        total = count if total is None else g.binary("mul", total, count)
-    return g.cast(total, dtypes.float32)
-
-
-def _avg_scale(x, out, kernel, stride, padding, count_include_pad, divisor_override, dtype, lead) -> Node:
-    shape = lead + tuple(out)
-    if divisor_override:
-        return g.const(float(divisor_override), dtype, shape)
-    div = g.cast(_avg_divisor(tuple(x.shape[-2:]), out, kernel, stride, padding, count_include_pad), dtype)
-    return g.expand(g.reshape(div, (1,) * len(lead) + tuple(out)), shape)
-
-
-@register(aten.avg_pool2d.default)
-def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
-    kernel, stride, padding, dilation, out, after = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode)
-    node = _acc(read(x))
-    lead = node.shape[:-2]
-    win = windows(node, kernel, stride, dilation, padding, after)
-    total = g.reshape(g.reduce("sum", win, tuple(range(len(lead) + 2, len(lead) + 4))), lead + out)
-    scale = _avg_scale(x, out, kernel, stride, padding, count_include_pad, divisor_override, node.dtype, lead)
-    return wrap(g.cast(g.binary("div", total, scale), zdtype(x.dtype)), x._storage.device)
-
-
-@register(aten.avg_pool2d_backward.default)
-def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    kernel, stride, padding, dilation, out, _after = _pool_geometry(x, kernel_size, stride, padding, 1,
-                                                                    ceil_mode)
-    gy = _acc(read(grad))
-    lead = gy.shape[:-2]
-    scale = _avg_scale(x, out, kernel, stride, padding, count_include_pad, divisor_override, gy.dtype, lead)
-    share = g.binary("div", gy, scale)
-    tail = (1,) * len(kernel)
-    c = g.expand(g.reshape(share, share.shape + tail), share.shape + kernel)
-    node = unwindow(c, kernel, stride, dilation, padding, tuple(x.shape[-2:]))
-    return wrap(g.cast(node, zdtype(grad.dtype)), grad._storage.device)
 
 
 # ------------------------------------------------------------------------------- batch norm
@@ -389,7 +253,7 @@ def _normalize(node, mean, rstd, weight, bias):
 
 def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     dtype = zdtype(x.dtype)
-    node = _acc(read(x))
+    node = accumulate(read(x))
     acc = node.dtype
     dev = x._storage.device
     w, b = _per_channel(weight, acc), _per_channel(bias, acc)
@@ -408,12 +272,23 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
             unbiased = g.binary("mul", var, g.const(count / max(count - 1, 1), acc, var.shape))
             write(running_var, g.binary("add", g.binary("mul", g.const(1.0 - momentum, acc, rv.shape), rv),
                                         g.binary("mul", g.const(momentum, acc, rv.shape), unbiased)))
-        return wrap(g.cast(out, dtype), dev), wrap(mean, dev), wrap(rstd, dev)
+        stat = _stat_dtype(x, weight, bias, running_mean, running_var)
+        return wrap(g.cast(out, dtype), dev), wrap(g.cast(mean, stat), dev), wrap(g.cast(rstd, stat), dev)
     mean = g.cast(read(running_mean), acc)
     rstd = _rstd(g.cast(read(running_var), acc), eps)
     out = _normalize(node, mean, rstd, w, b)
-    empty = g.const(0, acc, (0,))
+    empty = g.const(0, _stat_dtype(x, weight, bias, running_mean, running_var), (0,))
     return wrap(g.cast(out, dtype), dev), wrap(empty, dev), wrap(empty, dev)
+
+
+def _stat_dtype(x, *params) -> dtypes.DType:
+    """dtype of the saved mean/rstd: the input's, or float32 when a half input comes with float32
+    parameters (ATen's "mixed type" batch norm)."""
+    dtype = zdtype(x.dtype)
+    if dtype in (dtypes.float16, dtypes.bfloat16) and any(p is not None and zdtype(p.dtype) == dtypes.float32
+                                                          for p in params):
+        return dtypes.float32
+    return dtype
 
 
 @register(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
@@ -435,7 +310,7 @@ def native_batch_norm_no_training(x, weight, bias, running_mean, running_var, mo
 def native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
                                output_mask):
     dtype = zdtype(x.dtype)
-    node = _acc(read(x))
+    node = accumulate(read(x))
     acc = node.dtype
     gy = g.cast(read(grad), acc)
     dev = x._storage.device

@@ -13,7 +13,7 @@ import torch
 from .. import dtypes, random
 from ..lazy import graph as g
 from ..tensor import Storage, ZyxTensor, from_cpu, read, restride, to_cpu, wrap, write, zdtype
-from .registry import aten, device_of, register
+from .registry import aten, device_of, operands, register
 
 
 def _device(index):
@@ -122,6 +122,16 @@ def copy_(dst, src, non_blocking=False):
     return dst
 
 
+@register(aten.copy.default)
+def copy(dst, src, non_blocking=False):
+    """Functional copy: ``src`` broadcast to ``dst``'s shape in ``dst``'s dtype (a new tensor)."""
+    node = _source_node(src, dst._storage.device)
+    shape = tuple(torch.broadcast_shapes(tuple(src.shape), tuple(dst.shape)))
+    if shape != tuple(dst.shape):
+        raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(shape)}")
+    return wrap(g.cast(g.broadcast_to(node, shape), zdtype(dst.dtype)), dst._storage.device)
+
+
 @register(aten._copy_from.default)
 def _copy_from(src, dst, non_blocking=False):
     return copy_(dst, src)
@@ -180,23 +190,41 @@ def arange_out(start, end, step=1, out=None):
     return out
 
 
-@register(aten.linspace.default)
+def _end_point(value, dtype: torch.dtype) -> g.Node:
+    """A linspace end (Python scalar or 0-d tensor) as a float64 0-d node; integer results
+    convert the ends to the integer type first, as ATen does."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0:
+            raise RuntimeError("linspace only supports 0-dimensional start and end tensors, but got "
+                               f"start with {value.dim()} dimension(s) and end with 0 dimension(s).")
+        node = read(value) if isinstance(value, ZyxTensor) else g.const(value.item(), zdtype(value.dtype))
+    else:
+        node = g.const(value, dtypes.float64 if isinstance(value, float) else dtypes.int64)
+    if not dtype.is_floating_point and dtype != torch.bool:
+        node = g.cast(node, dtypes.int64)
+    return g.cast(node, dtypes.float64)
+
+
+@register(aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar,
+          aten.linspace.Scalar_Tensor)
 def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = dtype or torch.get_default_dtype()
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
     index = torch.device(device).index if device is not None else None
-    step = (end - start) / (steps - 1) if steps > 1 else 0.0
-    i = g.cast(g.iota((steps,)), dtypes.float64)
+    f64 = dtypes.float64
+    first, last = _end_point(start, dtype), _end_point(end, dtype)
+    shape = (steps,)
+    first, last = g.broadcast_to(first, shape), g.broadcast_to(last, shape)
+    step = g.binary("div", g.binary("sub", last, first), g.const(max(steps - 1, 1), f64, shape))
+    i = g.cast(g.iota(shape), f64)
     # PyTorch fills the first half from start and the second half from end (symmetry).
-    half = steps // 2
-    low = g.binary("add", g.const(start, dtypes.float64, (steps,)), g.binary("mul", i, g.const(step, dtypes.float64,
-                                                                                          (steps,))))
-    high = g.binary("sub", g.const(end, dtypes.float64, (steps,)),
-                    g.binary("mul", g.binary("sub", g.const(steps - 1, dtypes.float64, (steps,)), i),
-                             g.const(step, dtypes.float64, (steps,))))
-    if steps == 1:
+    low = g.binary("add", first, g.binary("mul", i, step))
+    high = g.binary("sub", last, g.binary("mul", g.binary("sub", g.const(steps - 1, f64, shape), i), step))
+    if steps <= 1:
         values = low  # just ``start``
     else:
-        values = g.where(g.binary("lt", g.iota((steps,)), g.const(half, dtypes.int64, (steps,))), low, high)
+        values = g.where(g.binary("lt", g.iota(shape), g.const(steps // 2, dtypes.int64, shape)), low, high)
     return wrap(g.cast(values, zdtype(dtype)), _device(index))
 
 
@@ -224,6 +252,92 @@ def eye_out(n, m=None, out=None):
     out.resize_(result.shape)
     write(out, read(result))
     return out
+
+
+# ------------------------------------------------------------------------------- triangle indices
+# tril_indices / triu_indices list the (row, col) pairs of a triangle in row-major order. Entry k
+# is found in closed form: the rows of a triangle's sloped part grow (tril) or shrink (triu) by
+# one element per row, so the row holding entry k solves a quadratic (float64 sqrt, then one
+# exact int64 correction each way); its full-width part is a plain k // col.
+
+
+def _i64(value, shape) -> g.Node:
+    return g.const(value, dtypes.int64, shape)
+
+
+def _sloped_row(k: g.Node, first: int, step: int) -> tuple[g.Node, g.Node]:
+    """(t, k - S(t)) for the row t holding entry k of rows of ``first``, ``first + step``, ...
+    elements (S(t): entries before row t, t * first + step * t (t - 1) / 2)."""
+    shape = k.shape
+
+    def before(t):
+        tri = g.binary("idiv", g.binary("mul", t, g.binary("sub", t, _i64(1, shape))), _i64(2, shape))
+        return g.binary("add", g.binary("mul", t, _i64(first, shape)), g.binary("mul", tri, _i64(step, shape)))
+
+    # S(t) = k: step t^2 + b t - 2k = 0 with b = 2 first - step; the root wanted is the first
+    # one reached as t grows from 0, (sqrt(b^2 + 8 step k) - b) / (2 step) for both signs of step.
+    b = float(2 * first - step)
+    kf = g.cast(k, dtypes.float64)
+    disc = g.binary("add", g.const(b * b, dtypes.float64, shape), g.binary("mul", kf, g.const(8.0 * step, dtypes.float64, shape)))
+    root = g.unary("sqrt", g.binary("max", disc, g.const(0.0, dtypes.float64, shape)))
+    t = g.binary("div", g.binary("sub", root, g.const(b, dtypes.float64, shape)),
+                 g.const(2.0 * step, dtypes.float64, shape))
+    t = g.cast(g.unary("floor", t), dtypes.int64)
+    one = _i64(1, shape)
+    t = g.where(g.binary("lt", k, before(t)), g.binary("sub", t, one), t)
+    t_next = g.binary("add", t, one)
+    t = g.where(g.binary("le", before(t_next), k), t_next, t)
+    return t, g.binary("sub", k, before(t))
+
+
+def _triangle(row: int, col: int, offset: int, lower: bool, dtype, device):
+    dtype = dtype or torch.int64
+    if dtype not in (torch.int32, torch.int64):
+        name = "tril_indices" if lower else "triu_indices"
+        kind = {torch.float32: "Float", torch.float64: "Double", torch.int16: "Short", torch.int8: "Char",
+                torch.uint8: "Byte", torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}
+        raise NotImplementedError(f"\"{name}\" not implemented for '{kind.get(dtype, str(dtype))}'")
+    counts = [min(max(r + offset + 1, 0), col) if lower else col - min(max(r + offset, 0), col) for r in range(row)]
+    n = sum(counts)
+    index = torch.device(device).index if device is not None else None
+    k = g.iota((n,))
+    if lower:
+        # Empty rows, then sloped rows (count r + offset + 1 < col), then full rows.
+        start = min(max(-offset, 0), row)
+        sloped = min(max(col - offset - 1 - start, 0), row - start)
+        first = start + offset + 1
+        split = sum(counts[:start + sloped])
+        t, c_slope = _sloped_row(k, first, 1)
+        r_slope = g.binary("add", t, _i64(start, k.shape))
+        rest = g.binary("sub", k, _i64(split, k.shape))
+        col_n = _i64(max(col, 1), k.shape)
+        r_full = g.binary("add", g.binary("idiv", rest, col_n), _i64(start + sloped, k.shape))
+        c_full = g.binary("mod", rest, col_n)
+        in_slope = g.binary("lt", k, _i64(split, k.shape))
+    else:
+        # Full rows (r + offset <= 0), then sloped rows shrinking by one per row.
+        full = min(max(1 - offset, 0), row) if col > 0 else 0
+        first = col - (full + offset)
+        split = full * col
+        col_n = _i64(max(col, 1), k.shape)
+        r_full, c_full = g.binary("idiv", k, col_n), g.binary("mod", k, col_n)
+        t, within = _sloped_row(g.binary("sub", k, _i64(split, k.shape)), first, -1)
+        r_slope = g.binary("add", t, _i64(full, k.shape))
+        c_slope = g.binary("add", within, g.binary("add", r_slope, _i64(offset, k.shape)))
+        in_slope = g.binary("le", _i64(split, k.shape), k)
+    rows = g.where(in_slope, r_slope, r_full)
+    cols = g.where(in_slope, c_slope, c_full)
+    both = g.binary("add", g.pad(g.reshape(rows, (1, n)), ((0, 1), (0, 0))),
+                    g.pad(g.reshape(cols, (1, n)), ((1, 0), (0, 0))))
+    return wrap(g.cast(both, zdtype(dtype)), _device(index))
+
+
+def tril_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
+    return _triangle(row, col, offset, True, dtype, device)
+
+
+def triu_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
+    return _triangle(row, col, offset, False, dtype, device)
 
 
 # ------------------------------------------------------------------------------- random
@@ -331,9 +445,11 @@ def randperm_out(n, generator=None, *, out):
 
 @register(aten.native_dropout_backward.default)
 def native_dropout_backward(grad, mask, scale):
-    gn = read(grad)
+    # grad * mask * scale with PyTorch's promotion (an integer or bool grad gives a float result).
+    (gn, sn), _compute, result, dev = operands((grad, scale))
     m = g.cast(read(mask), gn.dtype)
-    return wrap(g.binary("mul", g.binary("mul", gn, m), g.const(scale, gn.dtype, gn.shape)), grad._storage.device)
+    out = g.binary("mul", g.binary("mul", gn, m), g.broadcast_to(sn, gn.shape))
+    return wrap(g.cast(out, zdtype(result)), dev)
 
 
 # ------------------------------------------------------------------------------- storage ops

@@ -106,15 +106,17 @@ def masked_fill(x, mask, value):
     if isinstance(value, torch.Tensor) and value.dim() != 0:
         raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                            f"{value.dim()} dimension(s).")
+    raw = value.item() if isinstance(value, torch.Tensor) and not isinstance(value, ZyxTensor) else value
+    if isinstance(raw, complex) or (isinstance(value, torch.Tensor) and value.is_complex()):
+        raise RuntimeError(f"value cannot be converted to type {x.dtype} without overflow")
     node = read(x)
     m = read(mask)
+    # Out of place, the input broadcasts with the mask (ATen expands it first); the in-place
+    # form reaches here through the dispatcher, which rejects a result of another shape.
     shape = tuple(torch.broadcast_shapes(node.shape, m.shape))
-    if shape != node.shape:
-        raise RuntimeError(f"masked_fill_ only supports boolean masks, and the mask must be broadcastable to the "
-                           f"input ({list(node.shape)} vs {list(m.shape)})")
+    node = g.expand(g.reshape(node, (1,) * (len(shape) - len(node.shape)) + node.shape), shape)
     m = g.expand(g.reshape(m, (1,) * (len(shape) - len(m.shape)) + m.shape), shape)
-    v = read(value) if isinstance(value, ZyxTensor) else g.const(value.item() if isinstance(value, torch.Tensor)
-                                                                  else value, node.dtype)
+    v = read(value) if isinstance(value, ZyxTensor) else g.const(raw, node.dtype)
     v = g.expand(g.reshape(g.cast(v, node.dtype), (1,) * len(shape)), shape)
     return wrap(g.where(g.cast(m, dtypes.bool_), v, node), x._storage.device)
 

@@ -88,7 +88,7 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
     count = math.prod(normalized_shape)
     stat_shape = tuple(node.shape[:axis]) + (1,) * len(dims)
     if node.numel == 0:
-        nan = g.const(float("nan"), node.dtype, stat_shape)
+        nan = g.const(float("nan"), dtype, stat_shape)
         return (wrap(g.cast(node, dtype), x._storage.device), wrap(nan, x._storage.device),
                 wrap(nan, x._storage.device))
     # One pass over x (mean and variance reduce together, one kernel): sums of x shifted by
@@ -113,7 +113,7 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
         b = g.expand(g.reshape(g.cast(read(bias), node.dtype), lead + tuple(normalized_shape)), node.shape)
         out = g.binary("add", out, b)
     dev = x._storage.device
-    stat_dtype = node.dtype
+    stat_dtype = dtype  # ATen saves mean/rstd in the input's dtype (half inputs too)
     return wrap(g.cast(out, dtype), dev), wrap(g.cast(mean, stat_dtype), dev), wrap(g.cast(rstd, stat_dtype), dev)
 
 
