@@ -44,6 +44,9 @@ def _register() -> None:
     lib.impl("empty_strided", factory.empty_strided, "PrivateUse1")
     lib.impl("_copy_from", factory._copy_from, "PrivateUse1")
     lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    # Factories with only backend kernels (no composite form reaching __torch_dispatch__).
+    lib.impl("tril_indices", factory.tril_indices, "PrivateUse1")
+    lib.impl("triu_indices", factory.triu_indices, "PrivateUse1")
     _LIBRARIES.append(lib)
 
 
