@@ -153,16 +153,20 @@ def zeta(x: Node, q: Node) -> Node:
     def pw(a):
         return g.binary("pow", a, g.unary("neg", x))
 
+    # ATen adds (q + i)^-x for i = 1..9, then keeps going while q + i <= 9 (q <= 0 only). The
+    # number of extra terms has a closed form, so each term is masked by its index instead of a
+    # chain of ``where``s carrying a (such chains of dependent selects make LLVM's optimizer
+    # take minutes).
     s = pw(q)
-    a = q
-    b = c(0.0, x)
-    for i in range(9 + ZETA_EXTRA_STEPS):
-        step = c(True, eq(x, x)) if i < 9 else g.binary("le", a, c(9.0, x))
-        a_next = add(a, c(1.0, x))
-        b_next = pw(a_next)
-        s = g.where(step, add(s, b_next), s)
-        b = g.where(step, b_next, b)
-        a = g.where(step, a_next, a)
+    extra = g.where(g.binary("le", q, c(0.0, x)), add(g.unary("floor", g.unary("neg", q)), c(1.0, x)),
+                    c(0.0, x))
+    for i in range(1, 10 + ZETA_EXTRA_STEPS):
+        term = pw(add(q, c(float(i), x)))
+        if i > 9:
+            term = g.where(lt(c(float(i - 10), x), extra), term, c(0.0, x))
+        s = add(s, term)
+    a = add(q, add(c(9.0, x), g.binary("min", extra, c(float(ZETA_EXTRA_STEPS), x))))
+    b = pw(a)
     w = a
     s = add(s, div(mul(b, w), sub(x, c(1.0, x))))
     s = sub(s, mul(c(0.5, x), b))
