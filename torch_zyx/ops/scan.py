@@ -8,6 +8,8 @@ elementwise ops, is exact for integers and needs no sequential loop in the kerne
 
 from __future__ import annotations
 
+import torch
+
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
@@ -142,3 +144,47 @@ def logcumsumexp(x, dim):
     out = g.binary("add", g.unary("log", total), shift)
     return wrap(g.cast(out, out_dtype), x._storage.device)
 
+
+
+@register(aten.bincount.default)
+def bincount(x, weights=None, minlength=0):
+    """Counts (or weight sums) per value: a one-hot (n x bins) compare reduced over n. The number
+    of bins, max(x) + 1, is data: it is read back in one sync together with min(x) (negative
+    values are an error, as in ATen)."""
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        kind = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                torch.bfloat16: "BFloat16", torch.bool: "Bool"}.get(x.dtype, str(x.dtype))
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{kind}'")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if x.dim() != 1:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.dim() != 1 or weights.shape[0] != x.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    node = g.cast(read(x), dtypes.int64)
+    dev = x._storage.device
+    n = node.shape[0]
+    if weights is None:
+        out_dtype = dtypes.int64
+    else:
+        out_dtype = zdtype(weights.dtype if weights.dtype in (torch.float32, torch.float64) else torch.float64)
+    bins = minlength
+    if n:
+        extremes = g.pad(g.reshape(g.reduce("max", node, (0,)), (1,)), ((0, 1),))
+        low = g.reshape(g.reduce("min", node, (0,)), (1,))
+        extremes = g.binary("add", extremes, g.pad(low, ((1, 0),)))
+        top, bottom = wrap(extremes, dev).tolist()
+        if bottom < 0:
+            raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+        bins = max(bins, top + 1)
+    if n == 0 or bins == 0:
+        return wrap(g.const(0, out_dtype, (bins,)), dev)
+    values = g.expand(g.reshape(node, (n, 1)), (n, bins))
+    slots = g.expand(g.reshape(g.iota((bins,)), (1, bins)), (n, bins))
+    hit = g.binary("eq", values, slots)
+    if weights is None:
+        contrib = g.cast(hit, dtypes.int64)
+    else:
+        w = g.expand(g.reshape(g.cast(read(weights), out_dtype), (n, 1)), (n, bins))
+        contrib = g.where(hit, w, g.const(0, out_dtype, (n, bins)))
+    return wrap(g.reshape(g.reduce("sum", contrib, (0,)), (bins,)), dev)
