@@ -126,7 +126,13 @@ def pow_(x: Node, y: Node) -> Node:
         take = b("ne", b("and", b("shr", y, c(bit, y)), c(1, y)), c(0, y))
         result = where(take, mul(result, base), result)
         base = mul(base, base)
-    return where(b("lt", y, c(0, y)), where(b("eq", x, c(1, x)), c(1, x), c(0, x)), result)
+    if x.dtype.kind != "i":
+        return result
+    # Negative exponents (ATen): 1 -> 1, -1 -> +-1 by the exponent's parity, anything else -> 0.
+    odd = b("ne", b("and", y, c(1, y)), c(0, y))
+    minus_one = where(odd, c(-1, x), c(1, x))
+    negative = where(b("eq", x, c(1, x)), c(1, x), where(b("eq", x, c(-1, x)), minus_one, c(0, x)))
+    return where(b("lt", y, c(0, y)), negative, result)
 
 
 def sign(x: Node) -> Node:
