@@ -483,6 +483,10 @@ class Lowerer:
                 and numel <= opts.group_max_outputs:
             group_size = opts.few_group_size if numel <= opts.few_outputs else opts.group_size
         split = self.row_split(shape) if reduces and not group_size else 0
+        if split:
+            # Row reduces run once per row, each one pass over it (not nested products): the
+            # work per output is about one step per reduce, plus the store.
+            inner_work = 1 + sum(1 for n in g.toposort(values) if n.op == "REDUCE")
         order = self.load_order(shape) if not reduces and opts.row_loops else None
         if group_size > 1:
             global_size = self.lower_grouped(shape, group_size)
