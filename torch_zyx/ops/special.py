@@ -321,6 +321,49 @@ def _scale_pow2(x: Node, e: Node) -> Node:
     return mul(mul(x, g.unary("exp2", half)), g.unary("exp2", sub(e, half)))
 
 
+# (significand bits p, minimum normal exponent) per float dtype, for nextafter.
+FLOAT_FORMATS = {torch.float64: (53, -1022), torch.float32: (24, -126), torch.float16: (11, -14),
+                 torch.bfloat16: (8, -126)}
+
+
+def nextafter(x: Node, y: Node, dtype: torch.dtype) -> Node:
+    """The ``dtype`` value after x toward y, by arithmetic (the graph has no bit casts): x plus or
+    minus the spacing of ``dtype`` at |x|, 2^(e - p + 1) for |x| in [2^e, 2^(e+1)) (half that
+    when stepping down from an exact power of two), never below the subnormal spacing.
+    ``x``, ``y`` are exact in their (possibly wider) computation dtype."""
+    p, emin = FLOAT_FORMATS[dtype]
+    finfo = torch.finfo(dtype)
+    ax = g.unary("abs", x)
+    finite_nonzero = g.binary("and", lt(c(0.0, x), ax), lt(ax, c(float("inf"), x)))
+    safe = g.where(finite_nonzero, ax, c(1.0, x))
+    e = g.unary("floor", g.unary("log2", safe))
+    # log2 may round across a power of two: make 2^e <= |x| < 2^(e+1) exact.
+    e = g.where(lt(safe, _scale_pow2(c(1.0, x), e)), sub(e, c(1.0, x)), e)
+    e = g.where(g.binary("le", _scale_pow2(c(1.0, x), add(e, c(1.0, x))), safe), add(e, c(1.0, x)), e)
+    e = g.binary("max", e, c(float(emin), x))
+    spacing = _scale_pow2(c(1.0, x), sub(e, c(float(p - 1), x)))
+    away = g.binary("eq", lt(x, y), lt(c(0.0, x), x))  # the step grows |x|
+    power_of_two = eq(safe, _scale_pow2(c(1.0, x), e))
+    halve = g.binary("and", g.binary("and", g.unary("not", away), power_of_two), lt(c(float(emin), x), e))
+    spacing = g.where(halve, mul(spacing, c(0.5, x)), spacing)
+    magnitude = g.where(away, add(ax, spacing), sub(ax, spacing))
+    out = g.binary("copysign", magnitude, x)
+    out = g.where(eq(ax, c(float("inf"), x)), g.binary("copysign", c(finfo.max, x), x), out)
+    out = g.where(eq(x, c(0.0, x)), g.binary("copysign", c(finfo.smallest_normal * finfo.eps, x), y), out)
+    out = g.where(eq(x, y), y, out)
+    return g.where(g.binary("or", g.unary("isnan", x), g.unary("isnan", y)), add(x, y), out)
+
+
+@register(aten.nextafter.default, prims.nextafter.default)
+def nextafter_(x, y):
+    compute, result = result_dtype(x, y)
+    if not result.is_floating_point:
+        raise RuntimeError(f"\"nextafter_cpu\" not implemented for '{str(result).replace('torch.', '')}'")
+    xn, yn = broadcast(operand(x, _opmath(compute)), operand(y, _opmath(compute)))
+    device = x._storage.device if isinstance(x, torch.Tensor) else y._storage.device
+    return wrap(g.cast(nextafter(xn, yn, result), zdtype(result)), device)
+
+
 GCD_STEPS = {dtypes.int8: 14, dtypes.uint8: 14, dtypes.int16: 26, dtypes.int32: 48, dtypes.int64: 94}
 
 
