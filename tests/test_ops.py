@@ -853,3 +853,47 @@ def test_pool_grads(name):
 
 def test_avg_pool3d_integer_division():
     check(lambda t: F.avg_pool3d(t, 2, stride=1), make((1, 2, 3, 4, 4), torch.int64, low=-50, high=50))
+
+
+# ---------------------------------------------------------------------------- search and count
+
+SEARCHES = {
+    "searchsorted": lambda s, v: torch.searchsorted(s, v),
+    "searchsorted_right": lambda s, v: torch.searchsorted(s, v, right=True, out_int32=True),
+    "searchsorted_rows": lambda s, v: torch.searchsorted(s.reshape(2, 3), v.reshape(2, 4), side="right"),
+    "searchsorted_sorter": lambda s, v: torch.searchsorted(s.flip(0), v, sorter=torch.arange(5, -1, -1).to(s.device)),
+    "bucketize": lambda s, v: torch.bucketize(v, s),
+    "isin": lambda s, v: torch.isin(v, s),
+}
+
+
+@pytest.mark.parametrize("name", list(SEARCHES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_searchsorted_family(name, dtype):
+    seq = torch.tensor([-3, -1, 0, 0, 2, 5]).to(dtype)
+    values = torch.tensor([[-4, -1, 0, 1], [2, 3, 5, 9]]).to(dtype)
+    check(SEARCHES[name], seq, values)
+
+
+UNIQUES = {
+    "unique": lambda t: torch.unique(t),
+    "unique_all": lambda t: torch.unique(t, return_inverse=True, return_counts=True),
+    "unique_dim": lambda t: torch.unique(t, dim=1, return_inverse=True, return_counts=True),
+    "unique_consecutive": lambda t: torch.unique_consecutive(t, return_inverse=True, return_counts=True),
+    "unique_consecutive_dim": lambda t: torch.unique_consecutive(t, dim=0, return_counts=True),
+}
+
+
+@pytest.mark.parametrize("name", list(UNIQUES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool])
+def test_unique_family(name, dtype):
+    x = make((4, 6), dtype, low=-2, high=2)
+    x[1] = x[0]  # repeated rows and runs
+    check(UNIQUES[name], x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_histc(dtype):
+    x = make((40,), dtype, low=-3, high=3)
+    check(lambda t: torch.histc(t, bins=7), x)
+    check(lambda t: torch.histc(t, bins=5, min=-1, max=2), x)

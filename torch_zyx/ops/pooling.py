@@ -20,6 +20,7 @@ from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
 from .conv import accumulate, ntuple, unwindow, windows
 from .registry import aten, register
+from .scan import lowest
 
 # ------------------------------------------------------------------------------- fixed windows
 
@@ -60,8 +61,6 @@ def _window_positions(size, out, kernel, stride, padding, dilation) -> Node:
     return total
 
 
-def _lowest(dtype: dtypes.DType):
-    return float("-inf") if dtype.is_float else (False if dtype == dtypes.bool_ else -(1 << 63))
 
 
 def _argmax_of_windows(win: Node, best: Node, valid: Node, pos: Node, plane: int, nsp: int) -> Node:
@@ -81,7 +80,7 @@ def _max_pool_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode,
                                                                    ceil_mode, nsp)
     node = read(x)
     lead = node.shape[:-nsp]
-    win = windows(node, kernel, stride, dilation, padding, after, fill=_lowest(node.dtype))
+    win = windows(node, kernel, stride, dilation, padding, after, fill=lowest(node.dtype))
     axes = tuple(range(len(lead) + nsp, len(lead) + 2 * nsp))
     best = g.reduce("max", win, axes)
     valid = windows(g.const(True, dtypes.bool_, node.shape), kernel, stride, dilation, padding, after)
@@ -302,7 +301,7 @@ def _window_max(x, starts, kernel, valid_lengths=None):
     nsp = len(starts)
     lead = node.shape[:-nsp]
     size = node.shape[-nsp:]
-    win = _gather_windows(node, starts, kernel, _lowest(node.dtype))
+    win = _gather_windows(node, starts, kernel, lowest(node.dtype))
     outs = tuple(s.shape[-1] for s in starts)
     valid = g.const(True, dtypes.bool_, win.shape)
     if valid_lengths is not None:
@@ -313,7 +312,7 @@ def _window_max(x, starts, kernel, valid_lengths=None):
                           + tuple(kernel[i] if j == i else 1 for j in range(nsp)))
             inside = g.binary("lt", g.expand(k, win.shape), g.expand(o, win.shape))
             valid = g.binary("and", valid, inside)
-        win = g.where(valid, win, g.const(_lowest(node.dtype), node.dtype, win.shape))
+        win = g.where(valid, win, g.const(lowest(node.dtype), node.dtype, win.shape))
     axes = tuple(range(len(lead) + nsp, len(lead) + 2 * nsp))
     best = g.reduce("max", win, axes)
     pos = _gathered_positions(starts, kernel, size, lead)

@@ -113,17 +113,49 @@ def _count(flag: Node, device) -> int:
     return int(wrap(total, device).item())
 
 
-def _pick(flag: Node, slot: Node, values: Node, count: int) -> Node:
-    """out[k] = the value at the (single) position i with flag[i] and slot[i] == k: (count,)."""
-    n = flag.shape[0]
-    wide = (count, n)
-    k = g.expand(g.reshape(g.iota((count,)), (count, 1)), wide)
-    hit = g.binary("and", g.binary("eq", g.expand(g.reshape(slot, (1, n)), wide), k),
-                   g.expand(g.reshape(flag, (1, n)), wide))
-    src = g.expand(g.reshape(values, (1, n)), wide)
-    if values.dtype == dtypes.bool_:
-        return g.reshape(g.reduce("max", g.binary("and", hit, src), (1,)), (count,))
-    return g.reshape(g.reduce("sum", g.where(hit, src, g.const(0, values.dtype, wide)), (1,)), (count,))
+def _rows(x, dim) -> tuple[Node, tuple[int, ...]]:
+    """``x`` as (n, r) rows: the slices along ``dim`` (all elements as rows of one when dim is
+    None), with the shape the picked rows are put back into (dim first)."""
+    node = read(x)
+    if dim is None:
+        return g.reshape(node, (x.numel(), 1)), ()
+    nd = x.dim()
+    order = (dim,) + tuple(i for i in range(nd) if i != dim)
+    moved = g.permute(node, order)
+    rest = moved.shape[1:]
+    return g.reshape(moved, (moved.shape[0], int(torch.Size(rest).numel()))), rest
+
+
+def _row_pairs(rows: Node) -> tuple[Node, Node]:
+    """(equal, less): (n, n) bools, [i, j] = row j equals / sorts before row i (lexicographic:
+    decided at the first column where they differ)."""
+    n, r = rows.shape
+    cmp = _comparable(rows)
+    wide = (n, n, r)
+    ri = g.expand(g.reshape(cmp, (n, 1, r)), wide)
+    rj = g.expand(g.reshape(cmp, (1, n, r)), wide)
+    differ = g.binary("ne", rj, ri)
+    equal = g.unary("not", g.reshape(g.reduce("max", differ, (2,)), (n, n)))
+    if r == 1:
+        return equal, g.reshape(g.binary("lt", rj, ri), (n, n))
+    col = g.expand(g.reshape(g.iota((r,)), (1, 1, r)), wide)
+    first = g.reduce("min", g.where(differ, col, g.const(r, dtypes.int64, wide)), (2,))
+    at_first = g.binary("eq", col, g.expand(first, wide))
+    less = g.reduce("max", g.binary("and", at_first, g.binary("lt", rj, ri)), (2,))
+    return equal, g.reshape(less, (n, n))
+
+
+def _pick_rows(flag: Node, slot: Node, rows: Node, count: int) -> Node:
+    """out[k] = the row at the (single) position i with flag[i] and slot[i] == k: (count, r)."""
+    n, r = rows.shape
+    wide = (count, n, r)
+    k = g.expand(g.reshape(g.iota((count,)), (count, 1, 1)), wide)
+    hit = g.binary("and", g.binary("eq", g.expand(g.reshape(slot, (1, n, 1)), wide), k),
+                   g.expand(g.reshape(flag, (1, n, 1)), wide))
+    src = g.expand(g.reshape(rows, (1, n, r)), wide)
+    if rows.dtype == dtypes.bool_:
+        return g.reshape(g.reduce("max", g.binary("and", hit, src), (1,)), (count, r))
+    return g.reshape(g.reduce("sum", g.where(hit, src, g.const(0, rows.dtype, wide)), (1,)), (count, r))
 
 
 def _histogram_of(slot: Node, count: int) -> Node:
@@ -135,60 +167,82 @@ def _histogram_of(slot: Node, count: int) -> Node:
     return g.reshape(g.reduce("sum", g.cast(hit, dtypes.int64), (1,)), (count,))
 
 
-def _empty(dtype, shape, device) -> ZyxTensor:
-    return wrap(g.const(0, dtype, shape), device)
+def _unique_result(x, dim, rows, rest, first, slot, count, return_inverse, return_counts):
+    dev = x._storage.device
+    n = rows.shape[0]
+    none = g.const(0, dtypes.int64, (0,))
+    if count:
+        picked = _pick_rows(first, slot, rows, count)
+    else:
+        picked = g.const(0, rows.dtype, (0, rows.shape[1]))
+    if dim is None:
+        values = g.reshape(picked, (count,))
+        inverse = g.reshape(slot, tuple(x.shape)) if return_inverse else none
+    else:
+        values = g.reshape(picked, (count,) + tuple(rest))
+        nd = x.dim()
+        back = list(range(1, nd))
+        back.insert(dim, 0)
+        values = g.permute(values, tuple(back))
+        inverse = slot if return_inverse else none
+    counts = _histogram_of(slot, count) if return_counts and count and n else none
+    return wrap(values, dev), wrap(inverse, dev), wrap(counts, dev)
+
+
+def _unique(x, dim, return_inverse, return_counts):
+    """Distinct values (or slices along ``dim``) in ascending (lexicographic) order, as CPU
+    torch returns them whether or not ``sorted`` is set; the slot of each input element and
+    how often each value occurs."""
+    rows, rest = _rows(x, dim)
+    n = rows.shape[0]
+    if n == 0 or rows.shape[1] == 0 and dim is not None:
+        if n and dim is not None:
+            raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot be applied ")
+        first = g.const(True, dtypes.bool_, (n,))
+        slot = g.const(0, dtypes.int64, (n,))
+        return _unique_result(x, dim, rows, rest, first, slot, 0 if n == 0 else 1, return_inverse,
+                              return_counts)
+    equal, less = _row_pairs(rows)
+    wide = (n, n)
+    cols = g.expand(g.reshape(g.iota((n,)), (1, n)), wide)
+    rows_i = g.expand(g.reshape(g.iota((n,)), (n, 1)), wide)
+    # first[i]: no earlier row j is equal to row i; slot[i]: distinct rows sorting before it.
+    seen = g.binary("and", equal, g.binary("lt", cols, rows_i))
+    first = g.reshape(g.unary("not", g.reduce("max", seen, (1,))), (n,))
+    count = _count(first, x._storage.device)
+    smaller = g.binary("and", less, g.expand(g.reshape(first, (1, n)), wide))
+    slot = g.reshape(g.reduce("sum", g.cast(smaller, dtypes.int64), (1,)), (n,))
+    return _unique_result(x, dim, rows, rest, first, slot, count, return_inverse, return_counts)
 
 
 @register(aten._unique2.default)
 def unique2(x, sorted=True, return_inverse=False, return_counts=False):
-    """Distinct values in ascending order (CPU torch sorts them whether or not ``sorted`` is
-    set), the slot of each input element and how often each value occurs."""
-    dev = x._storage.device
-    n = x.numel()
-    flat = g.reshape(read(x), (n,))
-    cmp = _comparable(flat)
-    wide = (n, n)
-    # rows i, columns j: entry j vs entry i.
-    xi = g.expand(g.reshape(cmp, (n, 1)), wide)
-    xj = g.expand(g.reshape(cmp, (1, n)), wide)
-    cols = g.expand(g.reshape(g.iota((n,)), (1, n)), wide)
-    rows = g.expand(g.reshape(g.iota((n,)), (n, 1)), wide)
-    # first[i]: no earlier j holds the same value.
-    seen = g.binary("and", g.binary("eq", xj, xi), g.binary("lt", cols, rows))
-    first = g.reshape(g.unary("not", g.reduce("max", seen, (1,))), (n,)) if n else g.const(True, dtypes.bool_,
-                                                                                         (0,))
-    count = _count(first, dev)
-    # slot[i]: how many distinct values are smaller than x[i].
-    smaller = g.binary("and", g.binary("lt", xj, xi), g.expand(g.reshape(first, (1, n)), wide))
-    slot = g.reshape(g.reduce("sum", g.cast(smaller, dtypes.int64), (1,)), (n,)) if n else \
-        g.const(0, dtypes.int64, (0,))
-    values = _pick(first, slot, flat, count) if count else g.const(0, flat.dtype, (0,))
-    inverse = g.reshape(slot, tuple(x.shape)) if return_inverse else g.const(0, dtypes.int64, (0,))
-    counts = _histogram_of(slot, count) if return_counts and count else g.const(0, dtypes.int64, (0,))
-    return wrap(values, dev), wrap(inverse, dev), wrap(counts, dev)
+    return _unique(x, None, return_inverse, return_counts)
+
+
+@register(aten.unique_dim.default)
+def unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
+    return _unique(x, dim % max(x.dim(), 1), return_inverse, return_counts)
 
 
 @register(aten.unique_consecutive.default)
 def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
-    if dim is not None and x.dim() > 1:
-        raise NotImplementedError("zyx: unique_consecutive along a dimension")
-    dev = x._storage.device
-    n = x.numel()
-    flat = g.reshape(read(x), (n,))
+    if dim is not None:
+        dim = dim % max(x.dim(), 1)
+    rows, rest = _rows(x, dim)
+    n = rows.shape[0]
     if n == 0:
-        empty = g.const(0, dtypes.int64, (0,))
-        return wrap(flat, dev), wrap(g.reshape(empty, tuple(x.shape)), dev), wrap(empty, dev)
-    # A run starts where the value differs from its left neighbour.
-    cmp = _comparable(flat)
-    prev = g.pad(g.shrink(cmp, ((0, n - 1),)), ((1, 0),))
-    starts = g.binary("ne", cmp, prev)
+        return _unique_result(x, dim, rows, rest, g.const(True, dtypes.bool_, (0,)), g.const(0, dtypes.int64, (0,)),
+                              0, return_inverse, return_counts)
+    # A run starts where the row differs from its left neighbour.
+    cmp = _comparable(rows)
+    prev = g.pad(g.shrink(cmp, ((0, n - 1), (0, rows.shape[1]))), ((1, 0), (0, 0)))
+    starts = g.reshape(g.reduce("max", g.binary("ne", cmp, prev), (1,)), (n,)) if rows.shape[1] else \
+        g.const(False, dtypes.bool_, (n,))
     starts = g.binary("or", starts, g.binary("eq", g.iota((n,)), g.const(0, dtypes.int64, (n,))))
-    count = _count(starts, dev)
+    count = _count(starts, x._storage.device)
     slot = g.binary("sub", inclusive_count(starts), g.const(1, dtypes.int64, (n,)))
-    values = _pick(starts, slot, flat, count)
-    inverse = g.reshape(slot, tuple(x.shape)) if return_inverse else g.const(0, dtypes.int64, (0,))
-    counts = _histogram_of(slot, count) if return_counts else g.const(0, dtypes.int64, (0,))
-    return wrap(values, dev), wrap(inverse, dev), wrap(counts, dev)
+    return _unique_result(x, dim, rows, rest, starts, slot, count, return_inverse, return_counts)
 
 
 # ------------------------------------------------------------------------------- histograms
