@@ -277,18 +277,21 @@ def wrap(node: Node, device) -> ZyxTensor:
 def write(t: ZyxTensor, node: Node) -> None:
     """Overwrite ``t``'s region of its storage with ``node`` (cast and broadcast to ``t``)."""
     storage = t._storage
-    node = g.cast(node, storage.dtype)
+    if node.dtype is not storage.dtype:
+        node = g.cast(node, storage.dtype)
     shape = tuple(t.shape)
     if node.shape != shape:
         node = g.expand(g.reshape(node, (1,) * (len(shape) - len(node.shape)) + node.shape), shape)
-    strides, offset = tuple(t.stride()), t.storage_offset()
-    if offset == 0 and math.prod(shape) == storage.numel and strides == g.contiguous_strides(shape):
+    strides, offset = t.stride(), t.storage_offset()
+    numel = math.prod(shape)
+    if offset == 0 and numel == storage.numel and strides == g.contiguous_strides(shape):
         storage.assign(node)
-    elif math.prod(shape) == 0:
+    elif numel == 0:
         return
     else:
         storage.value = g.setview(storage.value, node, shape, strides, offset)
-    _maybe_flush()
+    if g.PendingCounter.count > CONFIG.max_pending:
+        realize_all()
 
 
 def _maybe_flush() -> None:
