@@ -5,20 +5,24 @@ Run ``python bench/bench_training.py`` (``--markdown`` prints the README table, 
 uses smaller shapes for a smoke run). Each case is warmed up first (kernels compiled and
 cached, the schedule cached: a training loop's steady state), then timed as the median of
 several steps. zyx steps end with ``torch.zyx.synchronize()`` (every kernel finished, as
-``torch.cuda.synchronize()`` in GPU benchmarks); CPU torch eager is synchronous.
+``torch.cuda.synchronize()`` in GPU benchmarks); CPU torch eager is synchronous. The first
+line says how many threads each side used and the load average while the cases ran: on a
+busy machine torch's spinning OpenMP threads lose more than zyx's pool, so compare ratios
+measured under similar load (``ZYX_THREADS=1 ... --torch-threads 1`` compares one core each).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import time
 
 import torch
 from torch import nn
 
-import torch_zyx  # noqa: F401  (registers the zyx device)
+import torch_zyx  # registers the zyx device; its config says the thread count
 
 
 def _median_time(step, repeats: int) -> float:
@@ -86,7 +90,10 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--quick", action="store_true", help="small shapes (smoke run)")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--torch-threads", type=int, default=0, help="CPU torch threads (0: its default)")
     args = parser.parse_args()
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
     hidden, batch = (64, 32) if args.quick else (512, 256)
     mlp = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
@@ -103,6 +110,8 @@ def main() -> None:
     for name, target, make_step in cases:
         t_zyx, t_cpu, warm = bench(make_step, args.repeats, warmup=3)
         rows.append((name, t_zyx, t_cpu, t_zyx / t_cpu, target, warm))
+    print(f"threads: zyx {torch_zyx.config.CONFIG.threads}, CPU torch {torch.get_num_threads()}; "
+          f"load average {os.getloadavg()[0]:.1f} (1 min) at the end, {os.cpu_count()} cores")
     if args.markdown:
         print("| case | zyx ms | CPU torch ms | zyx/CPU | target | zyx warm-up s |")
         print("|---|---:|---:|---:|---:|---:|")
