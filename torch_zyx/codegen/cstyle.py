@@ -6,7 +6,8 @@ dtypes stored differently than computed, math builtins, pragmas); ``CStyleRender
 walks the instructions and fills those formats. Launch mapping: the loop IR's outer RANGE
 ('start'/'end') becomes the global work-item id, one work item per outer iteration guarded by
 ``id < end``; inner RANGEs stay ``for`` loops. In a grouped kernel (``LoopKernel.group_size``)
-the outer RANGE is the work-group id instead, the kernel declares its group size (the runtime
+the outer RANGE is the work-group id instead, unguarded (the runtime launches exactly ``end``
+groups), the kernel declares its group size (the runtime
 launches ``group_size`` items per outer iteration) and group-shared arrays are declared at
 kernel scope, as OpenCL requires. Half and bfloat16 are stored as such and
 computed in float, as in the LLVM renderer, so every backend rounds the same way.
@@ -112,6 +113,7 @@ class CStyleRenderer:
     def __init__(self, kernel: LoopKernel, lang: Language):
         self.kernel, self.lang = kernel, lang
         self.lines: list[str] = []
+        self.has_outer = False  # seen the outer RANGE (one work item or group per iteration)
         self.values: dict[int, str] = {}
         self.vars: dict[str, str] = {}
         self.depth = 1
@@ -235,9 +237,15 @@ class CStyleRenderer:
             var, start, end = ins.arg[:3]  # the vectorize hint is for CPU loops
             name = f"x_{var}"
             self.vars[var] = self.values[i] = name
-            if start == "start":
-                outer = self.lang.group_id if self.kernel.group_size else self.lang.global_id
-                self.line(f"const {self.lang.index_type} {name} = {outer};")
+            self.has_outer = self.has_outer or start == "start"
+            if start == "start" and self.kernel.group_size:
+                # No ``id < end`` guard around a grouped kernel: the runtime launches exactly
+                # ``end`` groups (none for end == 0), and PoCL 3.1 loses the global stores made
+                # between barriers inside an ``if`` (all but the last of a multi-output kernel).
+                self.line(f"const {self.lang.index_type} {name} = {self.lang.group_id};")
+                self.line("{")
+            elif start == "start":
+                self.line(f"const {self.lang.index_type} {name} = {self.lang.global_id};")
                 self.line(f"if ({name} < end) {{")
             else:
                 self.line(f"for ({self.lang.index_type} {name} = {start}L; {name} < {end}L; {name}++) {{")
@@ -305,7 +313,13 @@ class CStyleRenderer:
         if k.group_size:
             prefix += " " + lang.group_attribute.format(size=k.group_size)
         head = f"{prefix} void {k.name}({', '.join(args)}) {{"
-        return "\n".join(prelude + [head] + self.local_lines + self.lines + ["}", ""])
+        body = self.lines
+        if not self.has_outer and not k.group_size:
+            # A kernel without an outer loop (a 0-d result) is one iteration: work item 0 runs
+            # it. The runtime launches a whole group, and the others must not repeat an
+            # in-place read-modify-write.
+            body = [f"  if ({lang.global_id} == 0) {{"] + ["  " + line for line in body] + ["  }"]
+        return "\n".join(prelude + [head] + self.local_lines + body + ["}", ""])
 
 
 def render(kernel: LoopKernel, lang: Language) -> str:

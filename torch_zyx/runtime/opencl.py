@@ -48,16 +48,19 @@ class OpenCLProgram:
         values = list(params[:n_params]) + [0] * max(0, n_params - len(params))
         args += [np.uint64(p & 0xFFFFFFFFFFFFFFFF) for p in values]
         args.append(np.int64(global_size))
+        wait_for = cl_wait_list(wait_events, device.context)
         if self.group_size:
+            if global_size == 0:
+                # Nothing to compute, and a grouped kernel has no ``id < end`` guard (cstyle.py).
+                return CLEvent(cl.enqueue_marker(device.queue, wait_for=wait_for or None))
             local = self.group_size
-            padded = max(global_size, 1) * local
+            padded = global_size * local
         else:
             # Always the same local size, even for a launch smaller than one group: PoCL compiles
             # a kernel again for every new local size (1-2 s each), and surplus items exit at
             # the guard.
             local = self._local
             padded = -(-max(global_size, 1) // local) * local
-        wait_for = cl_wait_list(wait_events, device.context)
         # The queue is used from one thread (the recording thread); set_args + enqueue is safe.
         self._kernel.set_args(*args)
         cl_event = cl.enqueue_nd_range_kernel(device.queue, self._kernel, (padded,), (local,),
