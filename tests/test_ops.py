@@ -897,3 +897,23 @@ def test_histc(dtype):
     x = make((40,), dtype, low=-3, high=3)
     check(lambda t: torch.histc(t, bins=7), x)
     check(lambda t: torch.histc(t, bins=5, min=-1, max=2), x)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag(mode):
+    weight = make((10, 3), torch.float32)
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 3])
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), weight, indices, offsets)
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, padding_idx=2), weight, indices, offsets)
+
+    def grad(w, i, o):
+        w = w.clone().requires_grad_()
+        F.embedding_bag(i, w, o, mode=mode).pow(2).sum().backward()
+        return w.grad
+
+    check(grad, weight, indices, offsets)
+
+
+def test_resize_as_and_functional_resize():
+    check(lambda a, b: a.resize_as_(b), make((5, 4), torch.float32), make((20,), torch.float32), mutates=(0,))
+    check(lambda a: torch.ops.aten.resize(a, (3, 2)), make((2, 4), torch.float32))

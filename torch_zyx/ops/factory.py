@@ -469,6 +469,22 @@ def resize_(x, size, memory_format=None):
     return x
 
 
+@register(aten.resize_as_.default)
+def resize_as_(x, other, memory_format=None):
+    return resize_(x, tuple(other.shape), memory_format)
+
+
+@register(aten.resize.default)
+def resize(x, size, memory_format=None):
+    """Functional resize: a new tensor of ``size`` holding ``x``'s elements in order (new ones 0)."""
+    size = tuple(int(s) for s in size)
+    n = x.numel()
+    want = math.prod(size)
+    flat = g.reshape(read(x), (n,))
+    flat = g.pad(flat, ((0, want - n),)) if want > n else g.shrink(flat, ((0, want),))
+    return wrap(g.reshape(flat, size), x._storage.device)
+
+
 @register(aten.as_strided_.default)
 def as_strided_(x, size, stride, storage_offset=None):
     offset = x.storage_offset() if storage_offset is None else storage_offset

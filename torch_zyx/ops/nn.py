@@ -133,3 +133,159 @@ def mse_loss(x, target, reduction=1):
     if reduction == 1:
         total = g.binary("div", total, g.const(float(math.prod(shape)), total.dtype, ()))
     return wrap(total, x._storage.device)
+
+
+# ------------------------------------------------------------------------------- embedding bag
+
+
+def _bag_of(indices: Node, offsets: Node, bags: int) -> Node:
+    """offset2bag: the bag of each index position (number of bag starts at or before it, - 1)."""
+    n, m = indices.shape[0], offsets.shape[0]
+    wide = (n, m)
+    starts = g.expand(g.reshape(offsets, (1, m)), wide)
+    pos = g.expand(g.reshape(g.iota((n,)), (n, 1)), wide)
+    started = g.cast(g.binary("le", starts, pos), dtypes.int64)
+    bag = g.binary("sub", g.reshape(g.reduce("sum", started, (1,)), (n,)), g.const(1, dtypes.int64, (n,)))
+    # Positions past the last counted bag (include_last_offset) belong to no bag.
+    return g.where(g.binary("lt", bag, g.const(bags, dtypes.int64, (n,))), bag, g.const(-1, dtypes.int64, (n,)))
+
+
+def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx):
+    from .index import _onehot_take  # the shared one-hot row gather
+
+    if indices.dim() != 1 or offsets.dim() != 1:
+        raise NotImplementedError("zyx: embedding_bag expects 1-D indices and offsets")
+    if per_sample_weights is not None and mode != 0:
+        raise NotImplementedError("embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                  "supported for mode='sum'")
+    dev = weight._storage.device
+    w = read(weight)
+    dim = w.shape[1]
+    n = indices.shape[0]
+    bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    idx = g.cast(read(indices), dtypes.int64)
+    off = g.cast(read(offsets), dtypes.int64)
+    bag = _bag_of(idx, off, bags) if n else g.const(0, dtypes.int64, (0,))
+    keep = g.const(True, dtypes.bool_, (n,))
+    if padding_idx is not None and padding_idx >= 0:
+        keep = g.binary("ne", idx, g.const(padding_idx, dtypes.int64, (n,)))
+    acc = _acc_dtype(w.dtype)
+    picked = g.cast(_onehot_take(w, 0, idx), acc)  # (n, dim)
+    if per_sample_weights is not None:
+        psw = g.cast(read(per_sample_weights), acc)
+        picked = g.binary("mul", picked, g.expand(g.reshape(psw, (n, 1)), (n, dim)))
+    wide = (bags, n, dim)
+    member = g.binary("and", g.binary("eq", g.expand(g.reshape(bag, (1, n)), (bags, n)),
+                                      g.expand(g.reshape(g.iota((bags,)), (bags, 1)), (bags, n))),
+                      g.expand(g.reshape(keep, (1, n)), (bags, n)))
+    size = g.reshape(g.reduce("sum", g.cast(member, dtypes.int64), (1,)), (bags,))
+    member_w = g.expand(g.reshape(member, (bags, n, 1)), wide)
+    src = g.expand(g.reshape(picked, (1, n, dim)), wide)
+    if mode == 2:
+        low = g.const(float("-inf"), acc, wide)
+        best = g.reduce("max", g.where(member_w, src, low), (1,))
+        hit = g.binary("and", member_w, g.binary("eq", src, g.expand(best, wide)))
+        which = g.expand(g.reshape(idx, (1, n, 1)), wide)
+        # The first index position holding the maximum (ATen scans in order, strict >).
+        posn = g.expand(g.reshape(g.iota((n,)), (1, n, 1)), wide)
+        first = g.reduce("min", g.where(hit, posn, g.const(n, dtypes.int64, wide)), (1,))
+        chosen = g.binary("and", hit, g.binary("eq", posn, g.expand(first, wide)))
+        max_idx = g.reshape(g.reduce("sum", g.where(chosen, which, g.const(0, dtypes.int64, wide)), (1,)),
+                            (bags, dim))
+        empty = g.expand(g.reshape(g.binary("eq", size, g.const(0, dtypes.int64, (bags,))), (bags, 1)),
+                         (bags, dim))
+        out = g.where(empty, g.const(0, acc, (bags, dim)), g.reshape(best, (bags, dim)))
+        max_idx = g.where(empty, g.const(-1, dtypes.int64, (bags, dim)), max_idx)
+    else:
+        out = g.reshape(g.reduce("sum", g.where(member_w, src, g.const(0, acc, wide)), (1,)), (bags, dim))
+        if mode == 1:
+            count = g.cast(g.binary("max", size, g.const(1, dtypes.int64, (bags,))), acc)
+            out = g.binary("div", out, g.expand(g.reshape(count, (bags, 1)), (bags, dim)))
+        max_idx = g.const(0, dtypes.int64, (bags,))
+    bag_size = size if mode != 0 else g.const(0, dtypes.int64, (bags,))
+    return (wrap(g.cast(out, w.dtype), dev), wrap(bag, dev), wrap(bag_size, dev), wrap(max_idx, dev))
+
+
+@register(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    return _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset,
+                          padding_idx)
+
+
+@register(aten._embedding_bag_backward.default)
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, max_indices, num_weights,
+                           scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    if sparse:
+        raise NotImplementedError("zyx: sparse gradients")
+    return embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indices, num_weights,
+                                        scale_grad_by_freq, mode, per_sample_weights, padding_idx)
+
+
+@register(aten._embedding_bag_dense_backward.default)
+def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indices, num_weights,
+                                 scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1):
+    """Gradient of the weight: each bag's gradient row goes back to the rows its indices named
+    (scaled by 1/bag size for mean, by the per-sample weight for sum); for max, to the row
+    that held each maximum."""
+    dev = grad._storage.device
+    gy = read(grad)
+    acc = _acc_dtype(gy.dtype)
+    gy = g.cast(gy, acc)
+    bags, dim = gy.shape
+    idx = g.cast(read(indices), dtypes.int64)
+    n = idx.shape[0]
+    rows = g.expand(g.reshape(g.iota((num_weights,)), (num_weights, 1)), (num_weights, n))
+    hit = g.binary("eq", g.expand(g.reshape(idx, (1, n)), (num_weights, n)), rows)
+    if padding_idx is not None and padding_idx >= 0:
+        hit = g.binary("and", hit, g.binary("ne", rows, g.const(padding_idx, dtypes.int64, rows.shape)))
+    if mode == 2:
+        mi = g.cast(read(max_indices), dtypes.int64)
+        wide = (num_weights, bags, dim)
+        r = g.expand(g.reshape(g.iota((num_weights,)), (num_weights, 1, 1)), wide)
+        take = g.binary("eq", g.expand(g.reshape(mi, (1, bags, dim)), wide), r)
+        src = g.expand(g.reshape(gy, (1, bags, dim)), wide)
+        out = g.reduce("sum", g.where(take, src, g.const(0, acc, wide)), (1,))
+        return wrap(g.cast(g.reshape(out, (num_weights, dim)), zdtype(grad.dtype)), dev)
+    from .index import _onehot_take
+
+    bag = g.cast(read(offset2bag), dtypes.int64)
+    valid = g.binary("le", g.const(0, dtypes.int64, (n,)), bag)
+    per_pos = _onehot_take(gy, 0, bag)  # (n, dim): the gradient of each position's bag
+    if mode == 1:
+        size = g.cast(_onehot_take(g.reshape(g.cast(read(bag_size), acc), (bags, 1)), 0, bag), acc)
+        per_pos = g.binary("div", per_pos, g.expand(g.binary("max", size, g.const(1, acc, (n, 1))), (n, dim)))
+    if per_sample_weights is not None:
+        psw = g.cast(read(per_sample_weights), acc)
+        per_pos = g.binary("mul", per_pos, g.expand(g.reshape(psw, (n, 1)), (n, dim)))
+    hit = g.binary("and", hit, g.expand(g.reshape(valid, (1, n)), (num_weights, n)))
+    wide = (num_weights, n, dim)
+    src = g.expand(g.reshape(per_pos, (1, n, dim)), wide)
+    out = g.reshape(g.reduce("sum", g.where(g.expand(g.reshape(hit, (num_weights, n, 1)), wide), src,
+                                            g.const(0, acc, wide)), (1,)), (num_weights, dim))
+    if scale_grad_by_freq:
+        freq = g.reduce("sum", g.cast(hit, acc), (1,))
+        out = g.binary("div", out, g.expand(g.binary("max", freq, g.const(1, acc, freq.shape)), out.shape))
+    return wrap(g.cast(out, zdtype(grad.dtype)), dev)
+
+
+@register(aten._embedding_bag_per_sample_weights_backward.default)
+def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+    """d/d(per-sample weight p) = <gradient of p's bag, weight row p names> (0 for padding)."""
+    from .index import _onehot_take
+
+    if mode != 0:
+        raise RuntimeError("embedding_bag_backward: per_sample_weights only supported for mode='sum'")
+    gy = read(grad)
+    acc = _acc_dtype(gy.dtype)
+    idx = g.cast(read(indices), dtypes.int64)
+    bag = g.cast(read(offset2bag), dtypes.int64)
+    n = idx.shape[0]
+    rows = g.cast(_onehot_take(read(weight), 0, idx), acc)
+    per_pos = _onehot_take(g.cast(gy, acc), 0, bag)
+    dot = g.reshape(g.reduce("sum", g.binary("mul", rows, per_pos), (1,)), (n,))
+    keep = g.binary("le", g.const(0, dtypes.int64, (n,)), bag)
+    if padding_idx is not None and padding_idx >= 0:
+        keep = g.binary("and", keep, g.binary("ne", idx, g.const(padding_idx, dtypes.int64, (n,))))
+    dot = g.where(keep, dot, g.const(0, acc, (n,)))
+    return wrap(g.cast(dot, zdtype(grad.dtype)), grad._storage.device)
