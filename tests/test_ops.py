@@ -917,3 +917,17 @@ def test_embedding_bag(mode):
 def test_resize_as_and_functional_resize():
     check(lambda a, b: a.resize_as_(b), make((5, 4), torch.float32), make((20,), torch.float32), mutates=(0,))
     check(lambda a: torch.ops.aten.resize(a, (3, 2)), make((2, 4), torch.float32))
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 1.5, 2.0, float("inf")])
+def test_cdist_pdist(p):
+    a, b = make((2, 5, 3), torch.float32), make((2, 4, 3), torch.float32, seed=1)
+    check(lambda x, y: torch.cdist(x, y, p=p), a, b)
+    check(lambda x: F.pdist(x, p=p), a[0])
+
+    def grads(x, y):
+        x, y = x.clone().requires_grad_(), y.clone().requires_grad_()
+        (torch.cdist(x, y, p=p).pow(2).sum() + F.pdist(x[0], p=p).sum()).backward()
+        return x.grad, y.grad
+
+    check(grads, a, b)
