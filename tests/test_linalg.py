@@ -216,3 +216,16 @@ def test_gradients_through_lowerings():
         z = a.to("zyx").requires_grad_()
         (got,) = torch.autograd.grad(fn(z), z)
         torch.testing.assert_close(got.cpu(), ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 5])
+def test_ldl_bunch_kaufman_pivots(seed):
+    """Symmetric indefinite matrices: 1x1 and 2x2 pivots, interchanges, pivots in sytrf's format."""
+    torch.manual_seed(seed)
+    a = torch.randn(2, 5, 5, dtype=torch.float64)
+    a = a + a.mT
+    _, pivots, info = same(torch.linalg.ldl_factor_ex, a)
+    assert info.dtype == torch.int32
+    assert pivots.dtype == torch.int32
+    ld, pivots = torch.linalg.ldl_factor(a)
+    same(torch.linalg.ldl_solve, ld, pivots, torch.randn(2, 5, 3, dtype=torch.float64))

@@ -14,8 +14,8 @@ getrf's format, Householder vectors and ``tau`` are geqrf's (``beta = -sign(alph
 Autograd needs nothing here: it runs above the dispatcher on the aten ops' own derivative
 formulas, whose backward ops land on these lowerings again.
 
-The algorithms are written with ``Lz``, a node with arithmetic operators, so they read as the
-formulas they implement. Linear algebra on the eigen/singular side lives in linalg_spectral.py.
+The algorithms are written with ``Lz`` (lazymat.py), a node with arithmetic operators, so they
+read as the formulas they implement. QR and the eigen/singular side live in linalg_spectral.py.
 """
 
 from __future__ import annotations
@@ -24,250 +24,24 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
-from ..lazy.graph import Node
-from ..tensor import read, wrap
-from .matmul import matmul_nodes
-from .registry import aten, broadcast, broadcast_shape, register
-
-
-class Lz:
-    """A lazy node with operators: ``+ - * / @``, comparisons by name (``lt``, ``eq``, ...),
-    ``&``/``|``/``~`` on bool nodes. Python numbers become constants of the node's dtype and
-    shapes broadcast NumPy-style, so ``(v / d).where(...)`` reads like the math."""
-
-    __slots__ = ("node",)
-
-    def __init__(self, node: Node):
-        self.node = node
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.node.shape
-
-    @property
-    def dtype(self) -> dtypes.DType:
-        return self.node.dtype
-
-    def _pair(self, other, reverse=False) -> tuple[Node, Node]:
-        b = other.node if isinstance(other, Lz) else g.const(other, self.node.dtype, ())
-        a = self.node
-        if reverse:
-            a, b = b, a
-        return tuple(broadcast(a, b))
-
-    def _bin(self, op: str, other, reverse=False) -> Lz:
-        return Lz(g.binary(op, *self._pair(other, reverse)))
-
-    def __add__(self, o):
-        return self._bin("add", o)
-
-    def __radd__(self, o):
-        return self._bin("add", o, True)
-
-    def __sub__(self, o):
-        return self._bin("sub", o)
-
-    def __rsub__(self, o):
-        return self._bin("sub", o, True)
-
-    def __mul__(self, o):
-        return self._bin("mul", o)
-
-    def __rmul__(self, o):
-        return self._bin("mul", o, True)
-
-    def __truediv__(self, o):
-        return self._bin("div", o)
-
-    def __rtruediv__(self, o):
-        return self._bin("div", o, True)
-
-    def __neg__(self):
-        return Lz(g.unary("neg", self.node))
-
-    def __and__(self, o):
-        return self._bin("and", o)
-
-    def __or__(self, o):
-        return self._bin("or", o)
-
-    def __invert__(self):
-        return Lz(g.unary("not", self.node))
-
-    def lt(self, o):
-        return self._bin("lt", o)
-
-    def le(self, o):
-        return self._bin("le", o)
-
-    def gt(self, o):
-        return self._bin("lt", o, True)
-
-    def ge(self, o):
-        return self._bin("le", o, True)
-
-    def eq(self, o):
-        return self._bin("eq", o)
-
-    def ne(self, o):
-        return self._bin("ne", o)
-
-    def maximum(self, o):
-        return self._bin("max", o)
-
-    def minimum(self, o):
-        return self._bin("min", o)
-
-    def copysign(self, o):
-        return self._bin("copysign", o)
-
-    def unary(self, op: str) -> Lz:
-        return Lz(g.unary(op, self.node))
-
-    def sqrt(self):
-        return self.unary("sqrt")
-
-    def abs(self):
-        return self.unary("abs")
-
-    def log(self):
-        return self.unary("log")
-
-    def isnan(self):
-        return self.unary("isnan")
-
-    def cast(self, dtype: dtypes.DType) -> Lz:
-        return Lz(g.cast(self.node, dtype))
-
-    def reduce(self, op: str, axes) -> Lz:
-        """Keepdim reduce (an empty axis gives the op's identity)."""
-        axes = tuple(a % len(self.shape) for a in ((axes,) if isinstance(axes, int) else axes))
-        if any(self.shape[a] == 0 for a in axes):
-            identity = {"sum": 0, "prod": 1, "max": -float("inf"), "min": float("inf")}[op]
-            shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-            return Lz(g.const(identity, self.dtype, shape))
-        return Lz(g.reduce(op, self.node, axes))
-
-    def sum(self, axes):
-        return self.reduce("sum", axes)
-
-    def max(self, axes):
-        return self.reduce("max", axes)
-
-    def min(self, axes):
-        return self.reduce("min", axes)
-
-    def __matmul__(self, o: Lz) -> Lz:
-        a, b = self.node, o.node
-        batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
-        a = g.broadcast_to(a, batch + a.shape[-2:])
-        b = g.broadcast_to(b, batch + b.shape[-2:])
-        return Lz(matmul_nodes(a, b))
-
-    @property
-    def mT(self) -> Lz:
-        nd = len(self.shape)
-        return Lz(g.permute(self.node, tuple(range(nd - 2)) + (nd - 1, nd - 2)))
-
-    def rows(self, start: int, stop: int) -> Lz:
-        """Rows ``start:stop`` of the matrices (axis -2)."""
-        return self._window(-2, start, stop)
-
-    def cols(self, start: int, stop: int) -> Lz:
-        """Columns ``start:stop`` (axis -1)."""
-        return self._window(-1, start, stop)
-
-    def _window(self, axis: int, start: int, stop: int) -> Lz:
-        axis %= len(self.shape)
-        bounds = tuple((start, stop) if i == axis else (0, s) for i, s in enumerate(self.shape))
-        return Lz(g.shrink(self.node, bounds))
-
-    def pad(self, axis: int, before: int, after: int) -> Lz:
-        axis %= len(self.shape)
-        return Lz(g.pad(self.node, tuple((before, after) if i == axis else (0, 0)
-                                         for i in range(len(self.shape)))))
-
-    def expand(self, shape) -> Lz:
-        return Lz(g.broadcast_to(self.node, tuple(shape)))
-
-    def reshape(self, shape) -> Lz:
-        return Lz(g.reshape(self.node, tuple(shape)))
-
-
-def where(cond: Lz, a, b) -> Lz:
-    """``where`` with NumPy broadcasting; ``a``/``b`` may be Python numbers."""
-    like = a if isinstance(a, Lz) else b
-    a = a.node if isinstance(a, Lz) else g.const(a, like.dtype, ())
-    b = b.node if isinstance(b, Lz) else g.const(b, like.dtype, ())
-    c, a, b = broadcast(cond.node, a, b)
-    return Lz(g.where(c, a, b))
-
-
-def mask(cond: Lz, dtype: dtypes.DType) -> Lz:
-    """1 where ``cond`` holds, else 0, as ``dtype``."""
-    return Lz(g.cast(cond.node, dtype))
-
-
-def zeros(shape, dtype: dtypes.DType) -> Lz:
-    return Lz(g.const(0, dtype, tuple(shape)))
-
-
-def index(n: int, axis: int) -> Lz:
-    """0..n-1 (int64) along ``axis`` of a 2-d (n, 1) or (1, n) node: row and column numbers."""
-    return Lz(g.iota((n, 1) if axis == 0 else (1, n)))
-
-
-def eye(n: int, m: int, dtype: dtypes.DType) -> Lz:
-    return mask(index(n, 0).eq(index(m, 1)), dtype)
-
-
-def tril(a: Lz, k: int = 0) -> Lz:
-    m, n = a.shape[-2:]
-    return where(index(n, 1).le(index(m, 0) + k), a, 0)
-
-
-def triu(a: Lz, k: int = 0) -> Lz:
-    m, n = a.shape[-2:]
-    return where(index(n, 1).ge(index(m, 0) + k), a, 0)
-
-
-def diagonal(a: Lz) -> Lz:
-    """The diagonal as a (..., k, 1) column (k = min(m, n))."""
-    m, n = a.shape[-2:]
-    k = min(m, n)
-    sq = a.rows(0, k).cols(0, k)
-    return where(index(k, 0).eq(index(k, 1)), sq, 0).sum(-1)
-
-
-# ---------------------------------------------------------------- arguments and results
-
-
-def _float_input(t, api: str) -> Lz:
-    if not t.dtype.is_floating_point:
-        raise RuntimeError(f"{api}: Expected a floating point or complex tensor as input. Got "
-                           f"{_type_name(t.dtype)}")
-    if t.dtype not in (torch.float32, torch.float64):
-        raise RuntimeError(f"{api}: Low precision dtypes not supported. Got {_type_name(t.dtype)}")
-    return Lz(read(t))
-
-
-def _square(t, api: str) -> Lz:
-    if t.dim() < 2:
-        raise RuntimeError(f"{api}: The input tensor A must have at least 2 dimensions.")
-    if t.shape[-1] != t.shape[-2]:
-        raise RuntimeError(f"{api}: A must be batches of square matrices, but they are "
-                           f"{t.shape[-2]} by {t.shape[-1]} matrices")
-    return _float_input(t, api)
-
-
-def _type_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
-            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16",
-            torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte"}.get(dtype, str(dtype))
-
-
-def _out(x: Lz, like) -> torch.Tensor:
-    return wrap(x.node, like._storage.device)
+from ..tensor import read
+from .lazymat import (
+    Lz,
+    diagonal,
+    empty,
+    eye,
+    float_input,
+    index,
+    mask,
+    out,
+    square,
+    tril,
+    triu,
+    type_name,
+    where,
+    zeros,
+)
+from .registry import aten, broadcast_shape, register
 
 
 def _batch_info(info: Lz) -> Lz:
@@ -278,10 +52,6 @@ def _batch_info(info: Lz) -> Lz:
 def _pivots(piv: Lz) -> Lz:
     """Pivots kept as a (..., 1, k) row as torch's (..., k) int32."""
     return piv.reshape(piv.shape[:-2] + piv.shape[-1:]).cast(dtypes.int32)
-
-
-def _empty(shape, dtype, like) -> torch.Tensor:
-    return wrap(g.const(0, dtype, tuple(shape)), like._storage.device)
 
 
 # ---------------------------------------------------------------- Cholesky
@@ -317,20 +87,20 @@ def cholesky_lower(a: Lz) -> tuple[Lz, Lz]:
 
 @register(aten.linalg_cholesky_ex.default)
 def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
-    x = _square(a, "linalg.cholesky")
+    x = square(a, "linalg.cholesky")
     L, info = cholesky_lower(x.mT if upper else x)
-    info = _out(_batch_info(info), a)
+    info = out(_batch_info(info), a)
     if check_errors:
         _check_errors(info, "linalg.cholesky", a.dim() == 2)
-    return _out(L.mT if upper else L, a), info
+    return out(L.mT if upper else L, a), info
 
 
 @register(aten.cholesky.default)
 def cholesky(a, upper=False):
-    x = _square(a, "cholesky")
+    x = square(a, "cholesky")
     L, info = cholesky_lower(x.mT if upper else x)
-    _check_errors(_out(_batch_info(info), a), "cholesky", a.dim() == 2)
-    return _out(L.mT if upper else L, a)
+    _check_errors(out(_batch_info(info), a), "cholesky", a.dim() == 2)
+    return out(L.mT if upper else L, a)
 
 
 def _broadcast_batch(a: Lz, b: Lz) -> tuple[Lz, Lz]:
@@ -343,19 +113,19 @@ def cholesky_solve(b, L, upper=False):
     """``A X = B`` with ``A = L L^T`` (or ``U^T U``): two triangular solves."""
     if b.dim() < 2 or L.dim() < 2:
         raise RuntimeError(f"b should have at least 2 dimensions, but has {b.dim()} dimensions instead")
-    x, f = _broadcast_batch(_float_input(b, "cholesky_solve"), _float_input(L, "cholesky_solve"))
+    x, f = _broadcast_batch(float_input(b, "cholesky_solve"), float_input(L, "cholesky_solve"))
     lower = f.mT if upper else f
     y = solve_triangular(lower, x, upper=False)
-    return _out(solve_triangular(lower.mT, y, upper=True), b)
+    return out(solve_triangular(lower.mT, y, upper=True), b)
 
 
 @register(aten.cholesky_inverse.default)
 def cholesky_inverse(L, upper=False):
-    f = _square(L, "cholesky_inverse")
+    f = square(L, "cholesky_inverse")
     n = f.shape[-1]
     lower = f.mT if upper else f
     inv_lower = solve_triangular(lower, eye(n, n, f.dtype).expand(f.shape), upper=False)
-    return _out(inv_lower.mT @ inv_lower, L)
+    return out(inv_lower.mT @ inv_lower, L)
 
 
 # ---------------------------------------------------------------- triangular solves
@@ -392,25 +162,25 @@ def linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
                            "least 2 dimensions.")
     if a.dtype != b.dtype:
         raise RuntimeError(f"{api}: Expected A and B to have the same dtype, but found A of type "
-                           f"{_type_name(a.dtype)} and B of type {_type_name(b.dtype)} instead")
-    x, y = _square(a, api), _float_input(b, api)
+                           f"{type_name(a.dtype)} and B of type {type_name(b.dtype)} instead")
+    x, y = square(a, api), float_input(b, api)
     k = y.shape[-2] if left else y.shape[-1]
     if k != x.shape[-1]:
         raise RuntimeError(f"{api}: Incompatible shapes of A and B for the equation "
                            f"{'AX = B' if left else 'XA = B'} ({x.shape[-2]}x{x.shape[-1]} and "
                            f"{y.shape[-2]}x{y.shape[-1]})")
     x, y = _broadcast_batch(x, y)
-    return _out(_solve_tri(x, y, upper, left, unitriangular), a)
+    return out(_solve_tri(x, y, upper, left, unitriangular), a)
 
 
 @register(aten.triangular_solve.default)
 def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
-    x, y = _broadcast_batch(_square(a, "triangular_solve"), _float_input(b, "triangular_solve"))
+    x, y = _broadcast_batch(square(a, "triangular_solve"), float_input(b, "triangular_solve"))
     if transpose:
         sol = solve_triangular(x.mT, y, not upper, unitriangular)
     else:
         sol = solve_triangular(x, y, upper, unitriangular)
-    return _out(sol, b), _out(x, a)
+    return out(sol, b), out(x, a)
 
 
 # ---------------------------------------------------------------- LU with partial pivoting
@@ -455,7 +225,7 @@ def _lu_check(a, api: str) -> Lz:
     if a.dim() < 2:
         raise RuntimeError(f"{api}: Expected tensor with 2 or more dimensions. Got size: "
                            f"{list(a.shape)} instead")
-    return _float_input(a, api)
+    return float_input(a, api)
 
 
 @register(aten.linalg_lu_factor_ex.default)
@@ -464,10 +234,10 @@ def linalg_lu_factor_ex(a, *, pivot=True, check_errors=False):
     if not pivot:
         raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
     lu, piv, info = lu_factor(x, pivot)
-    info = _out(_batch_info(info), a)
+    info = out(_batch_info(info), a)
     if check_errors:
         _check_errors(info, "torch.linalg.lu_factor_ex", a.dim() == 2)
-    return _out(lu, a), _out(_pivots(piv), a), info
+    return out(lu, a), out(_pivots(piv), a), info
 
 
 def permutation(pivots: Lz, m: int) -> Lz:
@@ -500,7 +270,7 @@ def linalg_lu(a, *, pivot=True):
     lu, piv, _ = lu_factor(x, pivot)
     L, U = _unpack(lu)
     P = permutation(piv, x.shape[-2]).cast(x.dtype)
-    return _out(P, a), _out(L, a), _out(U, a)
+    return out(P, a), out(L, a), out(U, a)
 
 
 @register(aten.lu_unpack.default)
@@ -510,17 +280,17 @@ def lu_unpack(lu, pivots, unpack_data=True, unpack_pivots=True):
     k = min(m, n)
     if unpack_data:
         L, U = _unpack(x)
-        L_t, U_t = _out(L, lu), _out(U, lu)
+        L_t, U_t = out(L, lu), out(U, lu)
     else:
-        L_t, U_t = _empty((0,), x.dtype, lu), _empty((0,), x.dtype, lu)
+        L_t, U_t = empty((0,), x.dtype, lu), empty((0,), x.dtype, lu)
     if unpack_pivots:
         piv = Lz(g.cast(read(pivots), dtypes.int64))
         piv = piv.reshape(piv.shape[:-1] + (1, piv.shape[-1]))
         if piv.shape[-1] != k:
             raise RuntimeError("lu_unpack: LU_pivots.size(-1) must be equal to min(LU.size(-2), LU.size(-1))")
-        P = _out(permutation(piv, m).cast(x.dtype).expand(x.shape[:-2] + (m, m)), lu)
+        P = out(permutation(piv, m).cast(x.dtype).expand(x.shape[:-2] + (m, m)), lu)
     else:
-        P = _empty((0,), x.dtype, lu)
+        P = empty((0,), x.dtype, lu)
     return P, L_t, U_t
 
 
@@ -541,7 +311,7 @@ def lu_solve(lu: Lz, piv: Lz, b: Lz, left: bool = True, adjoint: bool = False) -
 @register(aten.linalg_lu_solve.default)
 def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     api = "linalg.lu_solve"
-    x, y = _square(LU, api), _float_input(B, api)
+    x, y = square(LU, api), float_input(B, api)
     if (y.shape[-2] if left else y.shape[-1]) != x.shape[-1]:
         raise RuntimeError(f"{api}: Incompatible shapes of A and B for the equation "
                            f"{'AX = B' if left else 'XA = B'} ({x.shape[-2]}x{x.shape[-1]} and "
@@ -551,7 +321,7 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     batch = broadcast_shape(x.shape[:-2], y.shape[:-2], piv.shape[:-2])
     x, y = x.expand(batch + x.shape[-2:]), y.expand(batch + y.shape[-2:])
     piv = piv.expand(batch + piv.shape[-2:])
-    return _out(lu_solve(x, piv, y, left, adjoint), B)
+    return out(lu_solve(x, piv, y, left, adjoint), B)
 
 
 # ---------------------------------------------------------------- solve, inverse, determinants
@@ -568,8 +338,8 @@ def linalg_solve_ex(a, b, *, left=True, check_errors=False):
     api = "torch.linalg.solve"
     if a.dtype != b.dtype:
         raise RuntimeError(f"{api}: Expected A and B to have the same dtype, but found A of type "
-                           f"{_type_name(a.dtype)} and B of type {_type_name(b.dtype)} instead")
-    x, y = _square(a, api), _float_input(b, api)
+                           f"{type_name(a.dtype)} and B of type {type_name(b.dtype)} instead")
+    x, y = square(a, api), float_input(b, api)
     vector = _vector_rhs(a, b)
     if vector:
         y = y.reshape(y.shape + (1,)) if left else y.reshape(y.shape[:-1] + (1, y.shape[-1]))
@@ -583,22 +353,22 @@ def linalg_solve_ex(a, b, *, left=True, check_errors=False):
                   y.expand(batch + y.shape[-2:]), left)
     if vector:
         xs = xs.reshape(xs.shape[:-1] if left else xs.shape[:-2] + xs.shape[-1:])
-    info = _out(_batch_info(info), a)
+    info = out(_batch_info(info), a)
     if check_errors:
         _check_errors(info, api, a.dim() == 2)
-    return _out(xs, a), _out(lu, a), _out(_pivots(piv), a), info
+    return out(xs, a), out(lu, a), out(_pivots(piv), a), info
 
 
 @register(aten.linalg_inv_ex.default)
 def linalg_inv_ex(a, *, check_errors=False):
-    x = _square(a, "linalg.inv")
+    x = square(a, "linalg.inv")
     n = x.shape[-1]
     lu, piv, info = lu_factor(x)
     inv = lu_solve(lu, piv, eye(n, n, x.dtype).expand(x.shape))
-    info = _out(_batch_info(info), a)
+    info = out(_batch_info(info), a)
     if check_errors:
         _check_errors(info, "linalg.inv_ex", a.dim() == 2)
-    return _out(inv, a), info
+    return out(inv, a), info
 
 
 def _det_parts(x: Lz, contiguous: bool) -> tuple[Lz, Lz, Lz, Lz]:
@@ -614,21 +384,21 @@ def _det_parts(x: Lz, contiguous: bool) -> tuple[Lz, Lz, Lz, Lz]:
 
 @register(aten._linalg_det.default)
 def linalg_det(a):
-    x = _square(a, "linalg.det")
+    x = square(a, "linalg.det")
     lu, piv, diag, sign = _det_parts(x, a.is_contiguous())
     det = (diag.reduce("prod", -2) * sign)
     det = det.reshape(det.shape[:-2])
-    return _out(det, a), _out(lu, a), _out(_pivots(piv), a)
+    return out(det, a), out(lu, a), out(_pivots(piv), a)
 
 
 @register(aten._linalg_slogdet.default)
 def linalg_slogdet(a):
-    x = _square(a, "linalg.slogdet")
+    x = square(a, "linalg.slogdet")
     lu, piv, diag, sign = _det_parts(x, a.is_contiguous())
     signs = (mask(diag.gt(0), x.dtype) - mask(diag.lt(0), x.dtype)).reduce("prod", -2) * sign
     logabs = diag.abs().log().sum(-2)
     batch = x.shape[:-2]
-    return _out(signs.reshape(batch), a), _out(logabs.reshape(batch), a), _out(lu, a), _out(_pivots(piv), a)
+    return out(signs.reshape(batch), a), out(logabs.reshape(batch), a), out(lu, a), out(_pivots(piv), a)
 
 
 # ---------------------------------------------------------------- errors
@@ -676,3 +446,161 @@ def _check_errors(info, api: str, is_matrix: bool) -> None:
 @register(aten._linalg_check_errors.default)
 def linalg_check_errors(info, api_name, *, is_matrix):
     _check_errors(info, api_name, is_matrix)
+
+
+# ---------------------------------------------------------------- LDL^T (Bunch-Kaufman)
+
+_BK_ALPHA = (1 + 17 ** 0.5) / 8  # Bunch-Kaufman's growth bound
+
+
+def _swap_rows(x: Lz, e: Lz) -> Lz:
+    """Rows i and j of x exchanged for ``e = onehot(i) - onehot(j)`` (..., m, 1) (0: none)."""
+    return x - e * (e * x).sum(-2)
+
+
+def ldl_factor(a: Lz) -> tuple[Lz, Lz, Lz]:
+    """sytf2 (lower): ``P A P^T = L D L^T`` with 1x1 and 2x2 pivots chosen by Bunch-Kaufman.
+    Returns (LD: L's multipliers below D's blocks, lower triangle), pivots (..., 1, n) int64 in
+    LAPACK's format (k+1 for a 1x1 step exchanging k with k; -(p+1) twice for a 2x2 block),
+    info (..., 1, 1)). Step k is a data-dependent 1x1 or 2x2 step: both are computed and one is
+    selected; after a 2x2 step the next column is part of the block and its step does nothing.
+    The matrix is kept symmetric (full) so that the interchanges of the trailing block are plain
+    row-and-column swaps; rows of L already computed are not exchanged (LAPACK's product form)."""
+    *batch, n, _ = a.shape
+    low = tril(a)
+    s = low + tril(low, -1).mT
+    row, col = index(n, 0), index(n, 1)
+    ints = dtypes.int64
+    info = zeros(tuple(batch) + (1, 1), ints)
+    pivots = zeros(tuple(batch) + (1, n), ints)
+    skip = info.ne(0)  # this column is the second half of the previous 2x2 block
+    for k in range(n):
+        active = ~skip
+        akk = s.rows(k, k + 1).cols(k, k + 1)
+        column = where(row.gt(k), s.cols(k, k + 1).abs(), -1)
+        colmax = column.max(-2).maximum(0)
+        imax = where(column.eq(colmax) & row.gt(k), row, n).min(-2)
+        at_imax = mask(row.eq(imax), s.dtype)  # (..., n, 1)
+        imax_row = (at_imax * s).sum(-2)  # (..., 1, n): row imax
+        rowmax = where(col.ge(k) & col.ne(imax), imax_row.abs(), 0).max(-1)
+        aii = where(col.eq(imax), imax_row, 0).sum(-1)
+        zero = akk.abs().maximum(colmax).eq(0)
+        no_swap = akk.abs().ge(_BK_ALPHA * colmax) | akk.abs().ge(_BK_ALPHA * colmax * (colmax / rowmax))
+        two = ~zero & ~no_swap & aii.abs().lt(_BK_ALPHA * rowmax)
+        if k == n - 1:
+            two = two & False
+        kp = where(zero | no_swap, k, imax)
+        kk = where(two, k + 1, k)
+        # interchange kk <-> kp inside the trailing block (rows and columns >= k)
+        e = where(active & kp.ne(kk), mask(row.eq(kk), s.dtype) - mask(row.eq(kp), s.dtype), 0)
+        trailing = row.ge(k) & col.ge(k)
+        s = where(trailing, _swap_rows(s, e), s)
+        s = where(trailing, _swap_rows(s.mT, e).mT, s)
+        x = s.cols(k, k + 1)
+        d = s.rows(k, k + 1).cols(k, k + 1)
+        below = row.gt(k)
+        x1 = where(below, x, 0)
+        one = where(below & col.gt(k), s - x1 * x1.mT / d, s)
+        one = where(col.eq(k) & below, x * (1 / d), one)
+        step = where(zero, s, one)
+        if k + 1 < n:
+            xk1 = s.cols(k + 1, k + 2)
+            d21 = s.rows(k + 1, k + 2).cols(k, k + 1)
+            d11 = s.rows(k + 1, k + 2).cols(k + 1, k + 2) / d21
+            d22 = d / d21
+            t = 1 / (d11 * d22 - 1)
+            d21 = t / d21
+            rest = row.gt(k + 1)
+            wk = where(rest, d21 * (d11 * x - xk1), 0)
+            wk1 = where(rest, d21 * (d22 * xk1 - x), 0)
+            block = where(rest & col.gt(k + 1), s - (where(rest, x, 0) * wk.mT + where(rest, xk1, 0) * wk1.mT), s)
+            block = where(col.eq(k) & rest, wk, where(col.eq(k + 1) & rest, wk1, block))
+            step = where(two, block, step)
+        s = where(active, step, s)
+        # LAPACK updates the lower triangle only: mirror it so the full matrix stays symmetric
+        s = where(row.ge(col), s, s.mT)
+        info = where(active & zero & info.eq(0), k + 1, info)
+        code = where(two, -(kp + 1), kp + 1)
+        pivots = where(active & index(n, 1).eq(k), code, pivots)
+        pivots = where(active & two & index(n, 1).eq(k + 1), code, pivots)
+        skip = active & two
+    return tril(s), pivots, info
+
+
+@register(aten.linalg_ldl_factor_ex.default)
+def linalg_ldl_factor_ex(a, *, hermitian=False, check_errors=False):
+    x = square(a, "torch.linalg.ldl_factor_ex")
+    ld, piv, info = ldl_factor(x)
+    info = out(_batch_info(info), a)
+    if check_errors:
+        _check_errors(info, "torch.linalg.ldl_factor_ex", a.dim() == 2)
+    return out(ld, a), out(_pivots(piv), a), info
+
+
+def ldl_solve(ld: Lz, piv: Lz, b: Lz) -> Lz:
+    """sytrs (lower): ``A X = B`` from sytf2's factors. Forward: apply each step's interchange
+    and solve with L's column and D's block; backward: L^T's columns, then the interchanges in
+    reverse. Blocks are found from the (data) pivots as in the factorization: a negative pivot
+    not already consumed starts (going forward) or ends (going backward) a 2x2 block."""
+    n = ld.shape[-1]
+    row = index(n, 0)
+    dt = b.dtype
+    at = lambda i: mask(row.eq(i), dt)
+    skip = piv.cols(0, 1).ne(piv.cols(0, 1))
+    for k in range(n):
+        p = piv.cols(k, k + 1)
+        active = ~skip
+        two = active & p.lt(0)
+        if k == n - 1:
+            two = two & False
+        kp = where(p.lt(0), -p - 1, p - 1)
+        e = where(active & kp.ne(where(two, k + 1, k)), at(where(two, k + 1, k)) - at(kp), 0)
+        b = _swap_rows(b, e)
+        bk = b.rows(k, k + 1)
+        lk = where(row.gt(k), ld.cols(k, k + 1), 0)
+        dkk = ld.rows(k, k + 1).cols(k, k + 1)
+        one = b - lk * bk
+        one = where(row.eq(k), bk / dkk, one)
+        step = one
+        if k + 1 < n:
+            bk1 = b.rows(k + 1, k + 2)
+            rest = row.gt(k + 1)
+            blk = b - where(rest, ld.cols(k, k + 1), 0) * bk - where(rest, ld.cols(k + 1, k + 2), 0) * bk1
+            akm1k = ld.rows(k + 1, k + 2).cols(k, k + 1)
+            akm1 = dkk / akm1k
+            ak = ld.rows(k + 1, k + 2).cols(k + 1, k + 2) / akm1k
+            denom = akm1 * ak - 1
+            bkm1, bkk = bk / akm1k, bk1 / akm1k
+            blk = where(row.eq(k), (ak * bkm1 - bkk) / denom, where(row.eq(k + 1), (akm1 * bkk - bkm1) / denom, blk))
+            step = where(two, blk, step)
+        b = where(active, step, b)
+        skip = two
+    skip = piv.cols(0, 1).ne(piv.cols(0, 1))
+    for k in range(n - 1, -1, -1):
+        p = piv.cols(k, k + 1)
+        active = ~skip
+        two = active & p.lt(0)
+        if k == 0:
+            two = two & False
+        below = row.gt(k)
+        new_k = b.rows(k, k + 1) - (where(below, ld.cols(k, k + 1), 0) * b).sum(-2)
+        b2 = where(row.eq(k), new_k, b)
+        if k > 0:
+            new_km1 = b.rows(k - 1, k) - (where(below, ld.cols(k - 1, k), 0) * b).sum(-2)
+            b2 = where(two & row.eq(k - 1), new_km1, b2)
+        kp = where(p.lt(0), -p - 1, p - 1)
+        e = where(active & kp.ne(k), at(k) - at(kp), 0)
+        b = where(active, _swap_rows(b2, e), b)
+        skip = two
+    return b
+
+
+@register(aten.linalg_ldl_solve.default)
+def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
+    api = "torch.linalg.ldl_solve"
+    x, y = square(LD, api), float_input(B, api)
+    piv = Lz(g.cast(read(pivots), dtypes.int64))
+    piv = piv.reshape(piv.shape[:-1] + (1, piv.shape[-1]))
+    batch = broadcast_shape(x.shape[:-2], y.shape[:-2], piv.shape[:-2])
+    x, y = x.expand(batch + x.shape[-2:]), y.expand(batch + y.shape[-2:])
+    return out(ldl_solve(x, piv.expand(batch + piv.shape[-2:]), y), B)

@@ -1,7 +1,7 @@
 """Orthogonal factorizations and spectral linear algebra as lazy zyx programs: Householder QR
 (geqrf / orgqr / ormqr conventions), symmetric eigendecomposition and SVD by parallel Jacobi
 rotations, and what is built on them (pinv, lstsq, matrix_exp). Written with the ``Lz`` helper
-of linalg.py, in the same style: static loops of vectorized lazy steps.
+of lazymat.py, in the same style: static loops of vectorized lazy steps.
 
 Jacobi: each round rotates n/2 disjoint index pairs at once (round-robin "circle" schedule:
 index n-1 stays, the others turn), so a sweep over all pairs is n-1 rounds of a few matmuls.
@@ -22,20 +22,7 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..tensor import ZyxTensor, read, wrap
-from .linalg import (
-    Lz,
-    _float_input,
-    _out,
-    _square,
-    _type_name,
-    diagonal,
-    eye,
-    index,
-    mask,
-    triu,
-    where,
-    zeros,
-)
+from .lazymat import Lz, diagonal, eye, float_input, index, mask, out, square, triu, type_name, where, zeros
 from .registry import aten, register
 
 # ---------------------------------------------------------------- Householder QR
@@ -97,8 +84,8 @@ def _taus(tau) -> Lz:
 def geqrf(a):
     if a.dim() < 2:
         raise RuntimeError(f"torch.geqrf: input must have at least 2 dimensions. Got {a.dim()}")
-    vs, taus = householder_vectors(_float_input(a, "torch.geqrf"))
-    return _out(vs, a), _out(taus.reshape(taus.shape[:-2] + taus.shape[-1:]), a)
+    vs, taus = householder_vectors(float_input(a, "torch.geqrf"))
+    return out(vs, a), out(taus.reshape(taus.shape[:-2] + taus.shape[-1:]), a)
 
 
 @register(aten.linalg_householder_product.default)
@@ -115,9 +102,9 @@ def householder_product(a, tau):
                            f"tau.ndim equal to {tau.dim()} and input.ndim is equal to {a.dim()}")
     if a.dtype != tau.dtype:
         raise RuntimeError(f"{api}: tau dtype {tau.dtype} does not match input dtype {a.dtype}")
-    vs = _float_input(a, api)
+    vs = float_input(a, api)
     m, n = vs.shape[-2:]
-    return _out(apply_q(vs, _taus(tau), eye(m, n, vs.dtype).expand(vs.shape)), a)
+    return out(apply_q(vs, _taus(tau), eye(m, n, vs.dtype).expand(vs.shape)), a)
 
 
 @register(aten.ormqr.default)
@@ -125,11 +112,11 @@ def ormqr(a, tau, other, left=True, transpose=False):
     api = "torch.ormqr"
     if a.dim() < 2 or other.dim() < 2:
         raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
-    vs, c = _float_input(a, api), _float_input(other, api)
+    vs, c = float_input(a, api), float_input(other, api)
     if a.dtype != other.dtype or a.dtype != tau.dtype:
         raise RuntimeError(f"{api}: Expected input and other to have the same dtype, but got "
-                           f"{_type_name(a.dtype)} and {_type_name(other.dtype)}")
-    return _out(apply_q(vs, _taus(tau), c, left, transpose), other)
+                           f"{type_name(a.dtype)} and {type_name(other.dtype)}")
+    return out(apply_q(vs, _taus(tau), c, left, transpose), other)
 
 
 def qr(x: Lz, mode: str) -> tuple[Lz | None, Lz]:
@@ -152,9 +139,9 @@ def linalg_qr(a, mode="reduced"):
                            "(default), 'r', or 'complete'")
     if a.dim() < 2:
         raise RuntimeError("linalg.qr: The input tensor A must have at least 2 dimensions.")
-    q, r = qr(_float_input(a, "linalg.qr"), mode)
-    q_t = _out(q, a) if q is not None else _out(zeros((0,), r.dtype), a)
-    return q_t, _out(r, a)
+    q, r = qr(float_input(a, "linalg.qr"), mode)
+    q_t = out(q, a) if q is not None else out(zeros((0,), r.dtype), a)
+    return q_t, out(r, a)
 
 
 # ---------------------------------------------------------------- Jacobi rotations
@@ -261,15 +248,15 @@ def eigh(x: Lz, upper: bool) -> tuple[Lz, Lz]:
 def linalg_eigh(a, UPLO="L", compute_v=True):
     if UPLO not in ("L", "U"):
         raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
-    x = _square(a, "linalg.eigh")
+    x = square(a, "linalg.eigh")
     n = x.shape[-1]
     if n == 0 or math.prod(x.shape) == 0:
         values = zeros(x.shape[:-1], x.dtype)
         vectors = zeros(x.shape if compute_v else (0,), x.dtype)
-        return _out(values, a), _out(vectors, a)
+        return out(values, a), out(vectors, a)
     values, vectors = eigh(x, UPLO == "U")
-    vals = _out(values.reshape(values.shape[:-1]), a)
-    return vals, _out(vectors if compute_v else zeros((0,), x.dtype), a)
+    vals = out(values.reshape(values.shape[:-1]), a)
+    return vals, out(vectors if compute_v else zeros((0,), x.dtype), a)
 
 
 def svd(x: Lz, full: bool) -> tuple[Lz, Lz, Lz]:
@@ -306,21 +293,21 @@ def _complete(u: Lz, cols: int) -> Lz:
 def linalg_svd(a, full_matrices=False, compute_uv=True, *, driver=None):
     if a.dim() < 2:
         raise RuntimeError("linalg.svd: The input tensor A must have at least 2 dimensions.")
-    x = _float_input(a, "linalg.svd")
+    x = float_input(a, "linalg.svd")
     m, n = x.shape[-2:]
     k = min(m, n)
     batch = x.shape[:-2]
     if math.prod(x.shape) == 0:
         s = zeros(batch + (k,), x.dtype)
         if not compute_uv:
-            return _out(zeros((0,), x.dtype), a), _out(s, a), _out(zeros((0,), x.dtype), a)
+            return out(zeros((0,), x.dtype), a), out(s, a), out(zeros((0,), x.dtype), a)
         ucols, vrows = (m, n) if full_matrices else (k, k)
-        return (_out(eye(m, ucols, x.dtype).expand(batch + (m, ucols)), a), _out(s, a),
-                _out(eye(vrows, n, x.dtype).expand(batch + (vrows, n)), a))
+        return (out(eye(m, ucols, x.dtype).expand(batch + (m, ucols)), a), out(s, a),
+                out(eye(vrows, n, x.dtype).expand(batch + (vrows, n)), a))
     u, s, vh = svd(x, full_matrices and compute_uv)
     if not compute_uv:
-        return _out(zeros((0,), x.dtype), a), _out(s, a), _out(zeros((0,), x.dtype), a)
-    return _out(u, a), _out(s, a), _out(vh, a)
+        return out(zeros((0,), x.dtype), a), out(s, a), out(zeros((0,), x.dtype), a)
+    return out(u, a), out(s, a), out(vh, a)
 
 
 # ---------------------------------------------------------------- built on SVD / eigh
@@ -340,11 +327,11 @@ def _tolerance(t, x: Lz) -> Lz | None:
 def linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
     """torch's formula: values below ``max(atol, rtol * largest)`` count as zero; rtol defaults
     to eps * max(m, n) (0 when a positive atol is given)."""
-    x = _float_input(a, "linalg.pinv")
+    x = float_input(a, "linalg.pinv")
     m, n = x.shape[-2:]
     batch = x.shape[:-2]
     if math.prod(x.shape) == 0:
-        return _out(zeros(batch + (n, m), x.dtype), a)
+        return out(zeros(batch + (n, m), x.dtype), a)
     atol_n, rtol_n = _tolerance(atol, x), _tolerance(rtol, x)
     if rtol_n is None:
         eps = torch.finfo(a.dtype).eps * max(m, n)
@@ -358,12 +345,12 @@ def linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
         size = values.abs()
         tol = atol_n.maximum(rtol_n * size.max(-1))
         inv = where(size.gt(tol), 1 / values, 0)
-        return _out((vectors * inv) @ vectors.mT, a)
+        return out((vectors * inv) @ vectors.mT, a)
     u, s, vh = svd(x, full=False)
     s = s.reshape(s.shape[:-1] + (1, s.shape[-1]))
     tol = atol_n.maximum(rtol_n * s.cols(0, 1))
     inv = where(s.gt(tol), 1 / s, 0)
-    return _out((vh.mT * inv) @ u.mT, a)
+    return out((vh.mT * inv) @ u.mT, a)
 
 
 def _host_int(x: Lz, device) -> int:
@@ -384,7 +371,7 @@ def linalg_lstsq(a, b, rcond=None, *, driver=None):
         raise RuntimeError(f"{api}: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
     if a.dim() < 2:
         raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
-    x, y = _float_input(a, api), _float_input(b, api)
+    x, y = float_input(a, api), float_input(b, api)
     vector = b.dim() == a.dim() - 1
     if vector:
         y = y.reshape(y.shape + (1,))
@@ -420,39 +407,40 @@ def linalg_lstsq(a, b, rcond=None, *, driver=None):
                 residuals = residuals.reshape(residuals.shape[:-1])
     if vector:
         sol = sol.reshape(sol.shape[:-1])
-    rank_t = _out(rank, a) if driver != "gels" else _out(zeros((0,), dtypes.int64), a)
-    s_t = _out(s, a) if driver in ("gelsd", "gelss") else _out(zeros((0,), x.dtype), a)
-    return _out(sol, a), _out(residuals, a), rank_t, s_t
+    rank_t = out(rank, a) if driver != "gels" else out(zeros((0,), dtypes.int64), a)
+    s_t = out(s, a) if driver in ("gelsd", "gelss") else out(zeros((0,), x.dtype), a)
+    return out(sol, a), out(residuals, a), rank_t, s_t
 
 
 @register(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(a):
     """Scaling and squaring: ``exp(A) = exp(A / 2^s)^(2^s)`` with s chosen per matrix so that
     ``|A / 2^s|_1 <= 1/2``, the exponential of the scaled matrix by its Taylor polynomial
-    (degree 8 in float32, 13 in float64: the truncation error 0.5^(d+1)/(d+1)! is below the
-    dtype's epsilon) in Horner form. The number of squaring steps is the largest s of the batch,
+    (degree 13: the truncation error 0.5^14/14! is below float64's epsilon) in Horner form,
+    computed in float64 whatever the input dtype. The number of squaring steps is the largest s of the batch,
     read on the host (a realization); each matrix squares only while its own s lasts."""
     if a.dim() < 2 or a.shape[-1] != a.shape[-2]:
         raise RuntimeError("linalg.matrix_exp: A must be batches of square matrices, "
                            f"but they are {a.shape[-2] if a.dim() > 1 else 1} by {a.shape[-1]} matrices")
     node = read(a)
-    work = dtypes.float32 if node.dtype in (dtypes.float16, dtypes.bfloat16) else node.dtype
-    if not work.is_float:
+    # float64 inside for every float dtype: the squarings amplify rounding (each doubles the
+    # relative error), and in float32 that alone drifts past LAPACK-level agreement.
+    work = dtypes.float64
+    if not node.dtype.is_float:
         raise RuntimeError(f"linalg.matrix_exp: Expected a floating point or complex tensor as input. Got "
-                           f"{_type_name(a.dtype)}")
+                           f"{type_name(a.dtype)}")
     x = Lz(g.cast(node, work))
     n = x.shape[-1]
     if math.prod(x.shape) == 0:
-        return _out(Lz(g.cast(x.node, node.dtype)), a)
+        return out(Lz(g.cast(x.node, node.dtype)), a)
     norm = x.abs().sum(-2).max(-1)  # (..., 1, 1) operator 1-norm
     steps = Lz(g.unary("ceil", g.unary("log2", (norm / 0.5).maximum(1).node))).cast(dtypes.int64)
     most = _host_int(steps.max(tuple(range(len(steps.shape)))).reshape(()), a._storage.device)
     scaled = x / Lz(g.unary("exp2", steps.cast(work).node))
     ident = eye(n, n, work).expand(x.shape)
-    degree = 13 if work is dtypes.float64 else 8
     result = ident
-    for d in range(degree, 0, -1):
+    for d in range(13, 0, -1):
         result = ident + (scaled @ result) / d
     for i in range(most):
         result = where(steps.gt(i), result @ result, result)
-    return _out(Lz(g.cast(result.node, node.dtype)), a)
+    return out(Lz(g.cast(result.node, node.dtype)), a)
