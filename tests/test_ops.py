@@ -931,3 +931,18 @@ def test_cdist_pdist(p):
         return x.grad, y.grad
 
     check(grads, a, b)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "max", "min"])
+def test_segment_reduce(reduce):
+    data = make((6, 3), torch.float32)
+    lengths, offsets = torch.tensor([2, 0, 3, 1]), torch.tensor([0, 2, 2, 5, 6])
+    check(lambda d, n: torch.segment_reduce(d, reduce, lengths=n), data, lengths)
+    check(lambda d, o: torch.segment_reduce(d, reduce, offsets=o, initial=1.5), data, offsets)
+
+    def grad(d, n):
+        d = d.clone().requires_grad_()
+        torch.segment_reduce(d, reduce, lengths=n, initial=1.0).pow(2).sum().backward()
+        return d.grad
+
+    check(grad, data, lengths)

@@ -299,3 +299,140 @@ def scatter_with_reduce(x, dim, index, src, reduce):
     dim = dim % max(x.dim(), 1)
     out = scatter_reduce_node(node, dim, idx, s, "sum" if reduce == "add" else "prod", True)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
+
+
+# ------------------------------------------------------------------------------- segment_reduce
+
+
+def _segment_bounds(lengths, offsets, lead: tuple[int, ...]) -> tuple[Node, Node]:
+    """(start, end) of each segment, int64 (*lead, S): from lengths (exclusive running sum) or
+    from offsets (consecutive pairs)."""
+    if offsets is not None:
+        off = g.cast(read(offsets), dtypes.int64)
+        s = off.shape[-1] - 1
+        bounds = tuple((0, n) for n in off.shape[:-1])
+        return g.shrink(off, bounds + ((0, s),)), g.shrink(off, bounds + ((1, s + 1),))
+    length = g.cast(read(lengths), dtypes.int64)
+    s = length.shape[-1]
+    nl = len(length.shape) - 1
+    wide = length.shape[:-1] + (s, s)
+    rows = g.expand(g.reshape(g.iota((s,)), (1,) * nl + (s, 1)), wide)
+    cols = g.expand(g.reshape(g.iota((s,)), (1,) * nl + (1, s)), wide)
+    src = g.expand(g.reshape(length, length.shape[:-1] + (1, s)), wide)
+    before = g.where(g.binary("lt", cols, rows), src, g.const(0, dtypes.int64, wide))
+    start = g.reshape(g.reduce("sum", before, (nl + 1,)), length.shape)
+    return start, g.binary("add", start, length)
+
+
+def _segment_members(data: Node, axis: int, start: Node, end: Node) -> tuple[Node, Node, tuple[int, ...]]:
+    """(member mask, data) both as (*lead, S, L, *rest): member[.., s, q, ..] = q in segment s."""
+    lead, n, rest = data.shape[:axis], data.shape[axis], data.shape[axis + 1:]
+    s = start.shape[-1]
+    wide = lead + (s, n) + rest
+    q = g.reshape(g.iota((n,)), (1,) * axis + (1, n) + (1,) * len(rest))
+    st = g.reshape(start, lead + (s, 1) + (1,) * len(rest))
+    en = g.reshape(end, lead + (s, 1) + (1,) * len(rest))
+    member = g.binary("and", g.binary("le", g.expand(st, wide), g.expand(q, wide)),
+                      g.binary("lt", g.expand(q, wide), g.expand(en, wide)))
+    src = g.expand(g.reshape(data, lead + (1, n) + rest), wide)
+    return member, src, wide
+
+
+# Longest data axis for which half types are summed element after element (see segment_reduce).
+_SEQUENTIAL_HALF_MAX = 64
+_SEGMENT_DEFAULT = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
+
+
+@register(aten.segment_reduce.default)
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    if reduce not in _SEGMENT_DEFAULT:
+        raise RuntimeError(f"reduce argument must be either sum, prod, max, min or mean, got {reduce}")
+    if lengths is None and offsets is None:
+        raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined")
+    axis = axis % max(data.dim(), 1)
+    node = read(data)
+    acc = _acc(node.dtype)
+    x = g.cast(node, acc)
+    start, end = _segment_bounds(lengths, offsets, tuple(data.shape[:axis]))
+    member, src, wide = _segment_members(x, axis, start, end)
+    red = axis + 1  # the data axis inside ``wide``
+    init = _SEGMENT_DEFAULT[reduce] if initial is None else float(initial)
+    op = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[reduce]
+    neutral = {"sum": 0, "prod": 1, "max": float("-inf"), "min": float("inf")}[op]
+    out_shape = wide[:red] + wide[red + 1:]
+    init_node = g.const(init, acc, out_shape)
+    if op in ("sum", "prod") and node.dtype != acc and wide[red] <= _SEQUENTIAL_HALF_MAX:
+        # ATen accumulates half types in their own precision, element after element: a float32
+        # sum differs from it after cancellation, so the running value is rounded the same way.
+        out = init_node
+        for q in range(wide[red]):
+            at = tuple((q, q + 1) if i == red else (0, n) for i, n in enumerate(wide))
+            m, v = g.reshape(g.shrink(member, at), out_shape), g.reshape(g.shrink(src, at), out_shape)
+            step = g.cast(g.cast(g.binary("add" if op == "sum" else "mul", out, v), node.dtype), acc)
+            out = g.where(m, step, out)
+    else:
+        picked = g.where(member, src, g.const(neutral, acc, wide))
+        out = g.reshape(g.reduce(op, picked, (red,)), out_shape)
+    if op in ("max", "min"):
+        has_nan = g.reshape(g.reduce("max", g.binary("and", member, g.unary("isnan", src)), (red,)), out_shape)
+        out = g.binary(op, out, init_node)
+        out = g.where(has_nan, g.const(float("nan"), acc, out_shape), out)
+    elif node.dtype == acc or wide[red] > _SEQUENTIAL_HALF_MAX:
+        out = g.binary("add" if op == "sum" else "mul", out, init_node)
+    if reduce == "mean":
+        length = g.binary("sub", end, start)
+        length = g.expand(g.reshape(length, length.shape + (1,) * (len(out_shape) - len(length.shape))),
+                          out_shape)
+        empty = g.binary("eq", length, g.const(0, dtypes.int64, out_shape))
+        mean = g.binary("div", out, g.cast(length, acc))
+        fill = g.const(float("nan") if initial is None else init, acc, out_shape)
+        out = g.where(empty, fill, mean)
+    return wrap(g.cast(out, node.dtype), data._storage.device)
+
+
+@register(aten._segment_reduce_backward.default)
+def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+    axis = axis % max(data.dim(), 1)
+    node = read(data)
+    acc = _acc(node.dtype)
+    x = g.cast(node, acc)
+    gy, out = g.cast(read(grad), acc), g.cast(read(output), acc)
+    start, end = _segment_bounds(lengths, offsets, tuple(data.shape[:axis]))
+    member, src, wide = _segment_members(x, axis, start, end)
+    red = axis + 1
+
+    def per_segment(v: Node) -> Node:  # (*lead, S, *rest) → wide
+        return g.expand(g.reshape(v, v.shape[:red] + (1,) + v.shape[red:]), wide)
+
+    zero = g.const(0, acc, wide)
+    gw = per_segment(gy)
+    if reduce == "sum":
+        share = gw
+    elif reduce == "mean":
+        length = g.cast(g.binary("sub", end, start), acc)
+        length = g.reshape(length, length.shape + (1,) * (len(gy.shape) - len(length.shape)))
+        share = g.binary("div", gw, per_segment(g.binary("max", g.expand(length, gy.shape),
+                                                         g.const(1, acc, gy.shape))))
+    elif reduce in ("max", "min"):
+        # Ties share the gradient equally (ATen divides by the number of maximal elements).
+        hit = g.binary("and", member, g.binary("or", g.binary("eq", src, per_segment(out)),
+                                               g.binary("and", g.unary("isnan", src),
+                                                        g.unary("isnan", per_segment(out)))))
+        ties = g.reduce("sum", g.cast(hit, acc), (red,))
+        ties = g.binary("max", ties, g.const(1, acc, ties.shape))
+        share = g.where(hit, g.binary("div", gw, g.expand(ties, wide)), zero)
+    else:  # prod: product of the other members (times initial), zeros handled without division
+        is_zero = g.binary("and", member, g.binary("eq", src, zero))
+        zeros = g.expand(g.reduce("sum", g.cast(is_zero, acc), (red,)), wide)
+        nonzero = g.where(g.binary("and", member, g.unary("not", is_zero)), src, g.const(1, acc, wide))
+        rest_prod = g.expand(g.reduce("prod", nonzero, (red,)), wide)
+        if initial is not None:
+            rest_prod = g.binary("mul", rest_prod, g.const(float(initial), acc, wide))
+        one = g.const(1, acc, wide)
+        others = g.where(is_zero, g.where(g.binary("eq", zeros, one), rest_prod, zero),
+                         g.where(g.binary("lt", zero, zeros), zero, g.binary("div", rest_prod, src)))
+        share = g.binary("mul", gw, others)
+    contrib = g.where(member, share, zero)
+    total = g.reduce("sum", contrib, (red - 1,))  # each data position is in at most one segment
+    total = g.reshape(total, wide[:red - 1] + wide[red:])
+    return wrap(g.cast(total, node.dtype), grad._storage.device)
