@@ -170,3 +170,150 @@ def test_scatter_int32_index_and_reduce_arg():
     same(lambda a, i, s: a.scatter_add(0, i, s), x, index, src)
     same(lambda a, i, s: (a + 2).scatter(0, i, s, reduce="multiply"), x, index, src)
     same(lambda a, i: a.scatter(0, i, 1.5, reduce="add"), x, index)
+
+
+# ---------------------------------------------------------------------------- special functions
+
+def close(fn, *args, tol=None):
+    """Like ``same`` with the OpInfo suite's float tolerances and NaN == NaN."""
+    cpu = fn(*args)
+    out = fn(*[a.to("zyx") if isinstance(a, torch.Tensor) else a for a in args])
+    assert out.device.type == "zyx" and out.dtype == cpu.dtype
+    if tol is None:
+        tol = {torch.float32: 1e-4, torch.float64: 1e-7}.get(cpu.dtype, 0)
+    torch.testing.assert_close(out.cpu(), cpu, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _special_points(dtype):
+    edges = [0.0, -0.0, 1e-6, -1e-6, 0.5, -0.5, 1.0, 2.0, 2.09, -2.09, 3.0, 5.0, 6.1, -6.1, 8.0, 8.5,
+             -26.7, 30.0, 120.0, -120.0, float("inf"), -float("inf"), float("nan")]
+    return torch.cat([torch.linspace(-30, 30, 601, dtype=torch.float64), torch.tensor(edges)]).to(dtype)
+
+
+CEPHES = ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0", "modified_bessel_k1",
+          "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0", "airy_ai",
+          "erfcx", "log_ndtr"]
+
+
+@pytest.mark.parametrize("name", CEPHES)
+def test_cephes_functions(name):
+    fn = getattr(torch.special, name)
+    for dtype in (torch.float32, torch.float64):
+        close(fn, _special_points(dtype))
+    close(fn, torch.arange(-6, 7))  # integer input promotes to float32
+
+
+def test_ndtri():
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        p = torch.cat([torch.rand(500, dtype=dtype), torch.tensor([0.0, 1.0, 0.5, 1e-20, 1 - 1e-7, -0.5, 2.0],
+                                                                  dtype=dtype)])
+        close(torch.special.ndtri, p)
+
+
+POLYNOMIALS = ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+               "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+               "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
+               "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"]
+
+
+@pytest.mark.parametrize("name", POLYNOMIALS)
+def test_orthogonal_polynomials(name):
+    fn = getattr(torch.special, name)
+    x = torch.cat([torch.linspace(-3, 3, 61, dtype=torch.float64), torch.tensor([0.0, 1.0, -1.0, 0.5, 9.0])])
+    n = torch.tensor([-2.0, -1, 0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 12, 2.5, float("inf"), float("nan")],
+                     dtype=torch.float64)
+    grid_x, grid_n = torch.meshgrid(x, n, indexing="ij")
+    close(fn, grid_x, grid_n)
+    close(fn, grid_x.float(), grid_n.float())
+    close(fn, grid_x, 7)  # Python-number degree: no sync
+    close(fn, grid_x.round().long(), grid_n.nan_to_num(0.0, 4.0, -4.0).long())  # integers promote to float32
+
+
+def test_polynomial_degree_past_one_chunk():
+    # 100 steps: a first chunk of 64 realized, then the rest (the recurrence state is carried).
+    x = torch.linspace(-1, 1, 41, dtype=torch.float64)
+    n = torch.tensor([3.0, 70.0, 100.0], dtype=torch.float64).repeat(14)[:41]
+    close(torch.special.legendre_polynomial_p, x, n)
+    close(torch.special.hermite_polynomial_he, x * 2, n)
+
+
+def test_zeta_broadcast_scalar_q():
+    # Was a minutes-long LLVM compile (dependent select chains); also negative and integral q.
+    torch.manual_seed(0)
+    x = torch.rand(50, dtype=torch.float64) * 8 + 1
+    close(torch.special.zeta, x, torch.tensor(2.5, dtype=torch.float64))
+    q = torch.cat([torch.rand(40) * 20 - 10, torch.tensor([-3.0, -2.5, 0.0, 1.0, 4.0])]).double()
+    close(torch.special.zeta, torch.full_like(q, 4.0), q)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_nextafter_exact(dtype):
+    info = torch.finfo(dtype)
+    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 3.0, float("inf"), -float("inf"), float("nan"),
+                            info.max, -info.max, info.tiny, -info.tiny, info.tiny * info.eps, info.tiny * 2],
+                           dtype=torch.float64).to(dtype)
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(200).to(dtype) * 10, special.repeat(len(special))])
+    y = torch.cat([torch.randn(200).to(dtype) * 10, special.repeat_interleave(len(special))])
+    close(torch.nextafter, x, y, tol=0)
+
+
+@pytest.mark.parametrize("fn", [torch.igamma, torch.igammac])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_incomplete_gamma(fn, dtype):
+    # a up to 40 near x: more than one chunk of series / continued-fraction steps.
+    torch.manual_seed(0)
+    a = torch.cat([torch.rand(200, dtype=dtype) * 12 - 1, torch.rand(12, dtype=dtype) * 40,
+                   torch.tensor([0.0, 0.0, 1.0, float("inf"), 2.0, float("nan")], dtype=dtype)])
+    x = torch.cat([torch.rand(200, dtype=dtype) * 12 - 1, torch.rand(12, dtype=dtype) * 40,
+                   torch.tensor([0.0, 1.0, 0.0, 1.0, float("inf"), 1.0], dtype=dtype)])
+    close(fn, a, x)
+
+
+# ---------------------------------------------------------------------------- counting, factories
+
+
+@pytest.mark.parametrize("fn", [torch.tril_indices, torch.triu_indices])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_triangle_indices(fn, dtype):
+    for rows, cols in [(0, 3), (1, 1), (3, 3), (4, 6), (6, 4), (5, 1)]:
+        for offset in (-7, -2, -1, 0, 1, 3, 8):
+            out = fn(rows, cols, offset, dtype=dtype, device="zyx")
+            assert out.device.type == "zyx"
+            torch.testing.assert_close(out.cpu(), fn(rows, cols, offset, dtype=dtype))
+    torch.testing.assert_close(fn(700, 500, -3, device="zyx").cpu(), fn(700, 500, -3))
+
+
+@pytest.mark.parametrize("weights", [None, torch.float32, torch.float64, torch.int32])
+@pytest.mark.parametrize("minlength", [0, 20])
+def test_bincount(weights, minlength):
+    torch.manual_seed(0)
+    x = torch.randint(0, 12, (50,))
+    w = None if weights is None else (torch.rand(50) * 4).to(weights)
+    cpu = torch.bincount(x, w, minlength)
+    out = torch.bincount(x.to("zyx"), None if w is None else w.to("zyx"), minlength)
+    torch.testing.assert_close(out.cpu(), cpu)
+    torch.testing.assert_close(torch.bincount(x.int().to("zyx")).cpu(), torch.bincount(x.int()))
+
+
+def test_bincount_errors():
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.bincount(torch.tensor([1, -1]).to("zyx"))
+    with pytest.raises(RuntimeError, match="minlength"):
+        torch.bincount(torch.tensor([1]).to("zyx"), minlength=-1)
+    assert torch.bincount(torch.tensor([], dtype=torch.long).to("zyx"), minlength=3).cpu().tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8])
+def test_integer_pow_negative_exponent(dtype):
+    base, exponent = torch.meshgrid(torch.arange(-3, 4).to(dtype), torch.arange(-4, 5).to(dtype), indexing="ij")
+    close(torch.pow, base, exponent)
+    close(lambda e: 2 ** e, exponent)
+    close(lambda e: (-1) ** e, exponent)
+
+
+def test_chebyshev_huge_degree_uses_closed_form():
+    # |x| < 1 with a huge degree: ATen's cos(n acos x); the recurrence bound ignores these elements.
+    x = torch.linspace(-0.99, 0.99, 23, dtype=torch.float64)
+    close(torch.special.chebyshev_polynomial_t, x, torch.full_like(x, 1e9))

@@ -57,19 +57,20 @@ RECURRENCES = {
 }
 
 
-def _max_degree(n: Ex, device) -> int:
-    """The largest finite degree in ``n`` (a sync: one reduction read back)."""
-    unbounded = Ex(g.unary("isnan", n.node)) | n.f("abs").eq(math.inf)
-    safe = where(unbounded, -1.0, n.f("trunc"))
+def _max_degree(n: Ex, needs: Ex, device) -> int:
+    """The largest degree among elements that ``needs`` the recurrence (a sync: one reduction
+    read back). ``n`` is already truncated, with NaN and infinities mapped to -1."""
+    safe = where(needs, n, -1.0)
     flat = g.reshape(safe.node, (safe.node.numel,))
     top = g.reshape(g.reduce("max", flat, (0,)), ())
     return int(wrap(top, device).item())
 
 
-def _realize(node, device):
-    t = wrap(node, device)
-    t._storage.realize()
-    return read(t)
+def _realize_pair(p, q, device):
+    """``p`` and ``q`` as buffers, realized in one schedule."""
+    tp, tq = wrap(p, device), wrap(q, device)
+    tp._storage.realize()  # realizes every pending storage of the device, tq's too
+    return read(tp), read(tq)
 
 
 def _recurrence(rec: Recurrence, x: Ex, n: Ex, top: int, device) -> Ex:
@@ -92,7 +93,7 @@ def _recurrence(rec: Recurrence, x: Ex, n: Ex, top: int, device) -> Ex:
             p, q = where(active, q, p), where(active, r, q)
         m += count
         if m < top:
-            p, q = Ex(_realize(p.node, device)), Ex(_realize(q.node, device))
+            p, q = (Ex(node) for node in _realize_pair(p.node, q.node, device))
             running = (n > float(m)) & ~Ex(g.unary("isnan", q.node))
             flat = g.reshape(g.cast(running.node, q.node.dtype), (q.node.numel,))
             if float(wrap(g.reshape(g.reduce("max", flat, (0,)), ()), device).item()) == 0.0:
@@ -142,6 +143,22 @@ def chebyshev(kind: str, x: Ex, n: Ex, value: Ex, shifted: bool) -> Ex:
     return out
 
 
+def _needs_recurrence(kind: str, x: Ex, n: Ex, shifted: bool) -> Ex:
+    """Elements whose value comes from the recurrence: not an interval end, not a Chebyshev
+    trigonometric form (|x| < 1 with a large degree), degree at least 2."""
+    needs = n >= 2.0
+    if kind in ("t", "u", "v", "w"):
+        y = _shift(x) if shifted else x
+        trig_from = {"t": 6, "u": 6 if shifted else 8, "v": 6 if shifted else 8, "w": 4 if shifted else 8}[kind]
+        ends = (x.eq(0.0) | x.eq(1.0)) if shifted else y.f("abs").eq(1.0)
+        needs = needs & ~ends & ~((n > float(trig_from)) & (y.f("abs") < 1.0))
+    elif kind == "l":
+        needs = needs & x.ne(0.0)
+    elif kind == "p":
+        needs = needs & x.f("abs").ne(1.0)
+    return needs
+
+
 def _evaluate(name: str, x: Ex, n: Ex, device, result: torch.dtype, python_n) -> Ex:
     shifted = name.startswith("s")
     kind = name[1:] if shifted else name
@@ -153,7 +170,7 @@ def _evaluate(name: str, x: Ex, n: Ex, device, result: torch.dtype, python_n) ->
     if python_n is not None:
         top = int(python_n) if math.isfinite(python_n) else -1
     else:
-        top = _max_degree(n, device)
+        top = _max_degree(n, _needs_recurrence(kind, x, n, shifted), device)
     limit = HERMITE_LIMIT.get(result, 1024) if name in ("h", "he") else None
     if limit is not None:
         top = min(top, limit)

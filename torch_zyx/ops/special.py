@@ -404,4 +404,4 @@ _int_binary("lcm", lcm, aten.lcm.default)
 
 # The Cephes-style functions and the orthogonal polynomials live in their own modules (this one
 # would pass 600 lines); importing them here registers their lowerings with this module's.
-from . import cephes, polynomials  # noqa: F401
+from . import cephes, igamma, polynomials  # noqa: F401
