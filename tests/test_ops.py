@@ -946,3 +946,17 @@ def test_segment_reduce(reduce):
         return d.grad
 
     check(grad, data, lengths)
+
+
+@pytest.mark.parametrize("size", [(3, 5), (9, 4), (7, 7)])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_upsample_bilinear_antialias(size, align_corners):
+    x = make((2, 3, 6, 8), torch.float32)
+
+    def run(t):
+        t = t.clone().requires_grad_()
+        out = F.interpolate(t, size=size, mode="bilinear", antialias=True, align_corners=align_corners)
+        (out * out).sum().backward()
+        return out, t.grad
+
+    check(run, x)

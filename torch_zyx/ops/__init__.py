@@ -18,6 +18,7 @@ from . import (  # noqa: F401  (registration)
     nn,
     pooling,
     reduce,
+    resample,
     scan,
     scatter,
     search,

@@ -1,0 +1,84 @@
+"""Resampling lowerings with static interpolation weights: anti-aliased bilinear upsampling
+(forward and backward).
+
+The weights of a resize along one axis depend only on the sizes, so each axis is a small
+(n_out, n_in) weight matrix built from IOTA arithmetic (a triangle filter widened by the
+downscale factor, each row normalized), applied as a broadcast multiply and a reduce: the 2-d
+resize is two such passes (width, then height, as ATen's separable kernel). The backward
+applies the transposed matrices.
+"""
+
+from __future__ import annotations
+
+from .. import dtypes
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from ..tensor import read, wrap, zdtype
+from .registry import aten, register
+
+
+def _aa_weights(n_in: int, n_out: int, align_corners: bool, scale_factor) -> Node:
+    """(n_out, n_in) float64 anti-aliased bilinear weights (ATen's rule: support = max(scale, 1),
+    window [trunc(center - support + .5), trunc(center + support + .5)), rows summing to 1)."""
+    if align_corners:
+        scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else:
+        scale = 1.0 / scale_factor if scale_factor else n_in / n_out
+    support = max(scale, 1.0)
+    inv = 1.0 / scale if scale >= 1.0 else 1.0
+    f64 = dtypes.float64
+    shape = (n_out, n_in)
+
+    def c(v):
+        return g.const(v, f64, shape)
+
+    o = g.expand(g.reshape(g.cast(g.iota((n_out,)), f64), (n_out, 1)), shape)
+    j = g.expand(g.reshape(g.cast(g.iota((n_in,)), f64), (1, n_in)), shape)
+    center = g.binary("mul", g.binary("add", o, c(0.5)), c(scale))
+    lo = g.binary("max", g.unary("trunc", g.binary("add", g.binary("sub", center, c(support)), c(0.5))), c(0.0))
+    hi = g.binary("min", g.unary("trunc", g.binary("add", g.binary("add", center, c(support)), c(0.5))),
+                  c(float(n_in)))
+    inside = g.binary("and", g.binary("le", lo, j), g.binary("lt", j, hi))
+    dist = g.unary("abs", g.binary("mul", g.binary("add", g.binary("sub", j, center), c(0.5)), c(inv)))
+    w = g.where(inside, g.binary("max", g.binary("sub", c(1.0), dist), c(0.0)), c(0.0))
+    total = g.expand(g.reduce("sum", w, (1,)), shape)
+    return g.where(g.binary("eq", total, c(0.0)), w, g.binary("div", w, total))
+
+
+def _apply(x: Node, axis: int, weights: Node) -> Node:
+    """Contract ``x``'s ``axis`` (n_in) with weights (n_out, n_in) → that axis becomes n_out."""
+    n_out, n_in = weights.shape
+    nd = len(x.shape)
+    moved = g.permute(x, tuple(i for i in range(nd) if i != axis) + (axis,))
+    lead = moved.shape[:-1]
+    wide = lead + (n_out, n_in)
+    prod = g.binary("mul", g.expand(g.reshape(moved, lead + (1, n_in)), wide),
+                    g.expand(g.reshape(g.cast(weights, x.dtype), (1,) * len(lead) + (n_out, n_in)), wide))
+    out = g.reshape(g.reduce("sum", prod, (len(wide) - 1,)), lead + (n_out,))
+    back = list(range(nd - 1))
+    back.insert(axis, nd - 1)
+    return g.permute(out, tuple(back))
+
+
+def _compute(node: Node) -> Node:
+    return g.cast(node, dtypes.float32) if node.dtype in (dtypes.float16, dtypes.bfloat16) else node
+
+
+@register(aten._upsample_bilinear2d_aa.default)
+def upsample_bilinear2d_aa(x, output_size, align_corners, scales_h=None, scales_w=None):
+    if x.dim() != 4:
+        raise RuntimeError(f"Expected 4D input tensor, but got {x.dim()}D")
+    node = _compute(read(x))
+    (h, w), (ho, wo) = x.shape[2:], tuple(output_size)
+    node = _apply(node, 3, _aa_weights(w, wo, align_corners, scales_w))
+    node = _apply(node, 2, _aa_weights(h, ho, align_corners, scales_h))
+    return wrap(g.cast(node, zdtype(x.dtype)), x._storage.device)
+
+
+@register(aten._upsample_bilinear2d_aa_backward.default)
+def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    node = _compute(read(grad))
+    (h, w), (ho, wo) = tuple(input_size)[2:], tuple(output_size)
+    node = _apply(node, 2, g.permute(_aa_weights(h, ho, align_corners, scales_h), (1, 0)))
+    node = _apply(node, 3, g.permute(_aa_weights(w, wo, align_corners, scales_w), (1, 0)))
+    return wrap(g.cast(node, zdtype(grad.dtype)), grad._storage.device)
