@@ -960,3 +960,14 @@ def test_upsample_bilinear_antialias(size, align_corners):
         return out, t.grad
 
     check(run, x)
+
+
+def test_conv_transpose_output_padding_grad():
+    x, w = make((2, 2, 4, 4), torch.float32), make((2, 3, 3, 3), torch.float32, seed=1)
+
+    def grads(a, b):
+        a, b = a.clone().requires_grad_(), b.clone().requires_grad_()
+        F.conv_transpose2d(a, b, stride=2, padding=1, output_padding=1).pow(2).sum().backward()
+        return a.grad, b.grad
+
+    check(grads, x, w)

@@ -199,6 +199,9 @@ def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation,
     if output_mask[0]:
         if transposed:
             node = conv_nodes(gy, wn, stride, padding, dilation, groups)
+            # output_padding added positions past the last full window: their windows fall
+            # outside the input, so the extra gradient positions are cut off.
+            node = g.shrink(node, tuple((0, s) for s in x.shape))
         else:
             node = conv_transpose_nodes(gy, wn, stride, padding, dilation, groups, tuple(x.shape[2:]))
         gi = wrap(g.cast(node, dtype), dev)
