@@ -427,6 +427,80 @@ def native_dropout(x, p, train):
     return wrap(out, device), wrap(keep, device)
 
 
+def _rrelu(x, noise, lower, upper, training):
+    """(result, noise): negative inputs scaled by a uniform draw in [lower, upper] (training)
+    or by the mean slope; the noise holds each element's factor (1 for non-negative ones)."""
+    xn = read(x)
+    dt = xn.dtype
+    shape = xn.shape
+    negative = g.binary("lt", xn, g.const(0, dt, shape))
+    if training:
+        u = g.cast(uniform_node(shape, x._storage.device), dt)
+        slope = g.binary("add", g.const(lower, dt, shape), g.binary("mul", u, g.const(upper - lower, dt, shape)))
+        factor = g.where(negative, slope, g.const(1, dt, shape))
+        return g.binary("mul", xn, factor), factor
+    slope = g.const((lower + upper) / 2, dt, shape)
+    return g.where(negative, g.binary("mul", xn, slope), xn), read(noise)
+
+
+@register(aten.rrelu_with_noise.default)
+def rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    out, factor = _rrelu(x, noise, lower, upper, training)
+    if training:
+        write(noise, g.cast(factor, zdtype(noise.dtype)))  # the schema's noise is mutated (b!)
+    return wrap(out, x._storage.device)
+
+
+@register(aten.rrelu_with_noise_functional.default)
+def rrelu_with_noise_functional(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    out, factor = _rrelu(x, noise, lower, upper, training)
+    dev = x._storage.device
+    return wrap(out, dev), wrap(g.cast(factor, zdtype(noise.dtype)), dev)
+
+
+@register(aten.multinomial.default)
+def multinomial(probs, num_samples, replacement=False, generator=None):
+    """Categorical draws per row of (unnormalized) ``probs``. With replacement: each draw is
+    the number of cumulative-probability bounds below a uniform number (inverse CDF). Without:
+    the Gumbel top-k trick (keys log(u)/p, k largest), one draw per category at most."""
+    if probs.dim() not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if not probs.dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {probs.dtype}")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    n_cat = probs.shape[-1]
+    if not replacement and num_samples > n_cat:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    dev = probs._storage.device
+    p = g.cast(read(probs), dtypes.float64)
+    rows = 1 if probs.dim() == 1 else probs.shape[0]
+    p = g.reshape(p, (rows, n_cat))
+    if replacement:
+        total = g.reduce("sum", p, (1,))
+        wide = (rows, n_cat, n_cat)
+        upto = g.binary("le", g.expand(g.reshape(g.iota((n_cat,)), (1, 1, n_cat)), wide),
+                        g.expand(g.reshape(g.iota((n_cat,)), (1, n_cat, 1)), wide))
+        cdf = g.reduce("sum", g.where(upto, g.expand(g.reshape(p, (rows, 1, n_cat)), wide),
+                                      g.const(0.0, dtypes.float64, wide)), (2,))
+        cdf = g.binary("div", g.reshape(cdf, (rows, n_cat)), g.expand(total, (rows, n_cat)))
+        u = g.cast(uniform_node((rows, num_samples), dev), dtypes.float64)
+        draws = (rows, num_samples, n_cat)
+        below = g.binary("le", g.expand(g.reshape(cdf, (rows, 1, n_cat)), draws),
+                         g.expand(g.reshape(u, (rows, num_samples, 1)), draws))
+        # Zero-probability categories past the last positive one are never drawn.
+        idx = g.reduce("sum", g.cast(below, dtypes.int64), (2,))
+        idx = g.binary("min", g.reshape(idx, (rows, num_samples)), g.const(n_cat - 1, dtypes.int64,
+                                                                          (rows, num_samples)))
+    else:
+        u = g.cast(uniform_node((rows, n_cat), dev), dtypes.float64)
+        keys = g.binary("div", g.unary("log", u), p)  # -inf where p = 0: never chosen first
+        key_t = wrap(keys, dev)
+        idx = read(torch.topk(key_t, num_samples, dim=-1).indices)
+    out_shape = (num_samples,) if probs.dim() == 1 else (rows, num_samples)
+    return wrap(g.reshape(idx, out_shape), dev)
+
+
 @register(aten.randperm.generator_out, aten.randperm.out)
 def randperm_out(n, generator=None, *, out):
     # The rank of each of n random keys is a uniform random permutation: rank i = how many keys
