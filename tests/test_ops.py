@@ -979,7 +979,7 @@ def test_multinomial_draws():
     assert draws.shape == (2, 4000) and draws.dtype == torch.int64
     freq = torch.stack([torch.bincount(row, minlength=4) for row in draws]).double() / 4000
     expected = (probs / probs.sum(1, keepdim=True)).double()
-    assert_close(freq, expected, atol=0.04, rtol=0)
+    torch.testing.assert_close(freq, expected, atol=0.04, rtol=0)
     picks = torch.multinomial(probs.to("zyx"), 2, replacement=False).cpu()
     for row, p in zip(picks, probs):
         assert row[0] != row[1] and bool((p[row] > 0).all())
@@ -991,4 +991,4 @@ def test_rrelu():
     out = F.rrelu(x.to("zyx"), 0.1, 0.3, training=True).cpu()
     slope = out[x < 0] / x[x < 0]
     assert bool(((slope >= 0.1) & (slope <= 0.3)).all()) and slope.std() > 0.01
-    assert_close(out[x >= 0], x[x >= 0])
+    torch.testing.assert_close(out[x >= 0], x[x >= 0])
