@@ -25,7 +25,7 @@ from .registry import (
     device_of,
     new,
     operand,
-    operands,
+    promoted,
     register,
     result_dtype,
 )
@@ -268,7 +268,7 @@ BINARY = {
 
 
 def _compute(fn, kind, args, bool_result=False):
-    nodes, _, result, device = operands(args, kind)
+    nodes, result, device = promoted(args, kind)
     out = fn(*nodes)
     return wrap(g.cast(out, dtypes.bool_ if bool_result or kind is PROMOTE_BOOL else result), device)
 
@@ -318,10 +318,10 @@ def _make_add(sign_: int, reverse: bool):
             raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
                                "If you are trying to invert a mask, use the `~` or `logical_not()` "
                                "operator instead.")
-        (xn, yn), compute, result, device = operands((x, y))
+        (xn, yn), result, device = promoted((x, y))
         if alpha != 1:
             yn = mul(yn, g.const(alpha, xn.dtype))
-        if compute == torch.bool:
+        if xn.dtype is dtypes.bool_:  # computing in bool
             out = b("or", xn, yn)
         else:
             out = b("add" if sign_ > 0 else "sub", xn, yn)
@@ -421,16 +421,14 @@ def lerp(start, end, weight):
 
 @register(aten.addcmul.default)
 def addcmul(x, t1, t2, value=1):
-    compute, result = result_dtype(x, t1, t2)
-    xn, a, bn = operand(x, compute), operand(t1, compute), operand(t2, compute)
-    return new(cast(add(xn, mul(mul(a, bn), g.const(value, xn.dtype))), result), _device([x, t1, t2]))
+    (xn, a, bn), result, device = promoted((x, t1, t2))
+    return wrap(g.cast(add(xn, mul(mul(a, bn), g.const(value, xn.dtype))), result), device)
 
 
 @register(aten.addcdiv.default)
 def addcdiv(x, t1, t2, value=1):
-    compute, result = result_dtype(x, t1, t2)
-    xn, a, bn = operand(x, compute), operand(t1, compute), operand(t2, compute)
-    return new(cast(add(xn, mul(div(a, bn), g.const(value, xn.dtype))), result), _device([x, t1, t2]))
+    (xn, a, bn), result, device = promoted((x, t1, t2))
+    return wrap(g.cast(add(xn, mul(div(a, bn), g.const(value, xn.dtype))), result), device)
 
 
 @register(aten.gelu.default)
@@ -459,9 +457,8 @@ def gelu_backward(grad, x, approximate="none"):
 
 @register(aten.threshold_backward.default)
 def threshold_backward(grad, x, threshold):
-    compute, result = result_dtype(grad, x)
-    gn, xn = operand(grad, compute), operand(x, compute)
-    return new(cast(where(b("le", xn, c(threshold, xn)), c(0, gn), gn), result), _device([grad, x]))
+    (gn, xn), result, device = promoted((grad, x))
+    return wrap(g.cast(where(b("le", xn, c(threshold, xn)), c(0, gn), gn), result), device)
 
 
 @register(aten.sigmoid_backward.default)

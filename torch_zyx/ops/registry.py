@@ -9,7 +9,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import TORCH_TO_ZYX, ZyxTensor, read, wrap, zdtype
+from ..tensor import TORCH_TO_ZYX, ZYX_TO_TORCH, ZyxTensor, read, wrap, zdtype
 
 aten = torch.ops.aten
 LOWERINGS: dict[object, Callable] = {}
@@ -76,12 +76,20 @@ def result_dtype(*args, kind=PROMOTE_DEFAULT) -> tuple[torch.dtype, torch.dtype]
     return _promoted(key, operands, kind)[:2]
 
 
-def operands(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], torch.dtype, object, object]:
+def operands(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], torch.dtype, torch.dtype, object]:
     """``args`` (zyx tensors, CPU scalar tensors, Python scalars; ``None`` skipped) as nodes of
-    their computation dtype, with the computation dtype, the zyx result dtype (PyTorch's
+    their computation dtype, with the computation and result dtypes (torch dtypes, PyTorch's
     promotion rules) and the device of the first zyx tensor: ``result_dtype`` + ``operand`` +
-    ``device_of`` in one pass. Each zyx tensor is read once and its node's dtype and rank key the
-    promotion (metadata accessors of a tensor subclass cost ~0.5 us each)."""
+    ``device_of`` in one pass (``promoted`` gives the result dtype as a zyx dtype)."""
+    nodes, result, device = promoted(args, kind)
+    return nodes, ZYX_TO_TORCH[nodes[0].dtype], ZYX_TO_TORCH[result], device
+
+
+def promoted(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], object, object]:
+    """(nodes of ``args`` in their computation dtype, zyx result dtype, device of the first zyx
+    tensor): ``operands`` for lowerings that build nodes (the recording hot path). Each zyx
+    tensor is read once and its node's dtype and rank key the memoized promotion (metadata
+    accessors of a tensor subclass cost ~0.5 us each)."""
     key = [id(kind), torch.get_default_dtype()]
     values = []
     device = None
@@ -120,7 +128,7 @@ def operands(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], torch.dtype, objec
         nodes.append(v)
     if zresult is None:
         zresult = zdtype(result)  # raises: zyx does not hold this dtype
-    return nodes, compute, zresult, device
+    return nodes, zresult, device
 
 
 def _scalar(x, dtype) -> Node:
