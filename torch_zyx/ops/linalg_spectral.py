@@ -234,14 +234,10 @@ def _order(values: Lz, descending: bool) -> Lz:
 def eigh(x: Lz, upper: bool) -> tuple[Lz, Lz]:
     """(ascending eigenvalues (..., n, 1), eigenvectors) of the symmetric matrix whose lower
     (or ``upper``) triangle ``x`` holds."""
-    n = x.shape[-1]
-    tri = triu(x) if upper else x.mT  # the used triangle, as an upper one
-    if not upper:
-        tri = triu(tri)
-    sym = tri + triu(tri, 1).mT
-    values, vectors = jacobi_eigh(sym)
+    tri = triu(x if upper else x.mT)  # the triangle LAPACK reads, as an upper one
+    values, vectors = jacobi_eigh(tri + triu(tri, 1).mT)
     order = _order(values, descending=False)
-    return order.mT @ values, vectors @ order if n else vectors
+    return order.mT @ values, vectors @ order
 
 
 @register(aten._linalg_eigh.default)
