@@ -639,6 +639,11 @@ class Lowerer:
             # Matmul-shaped: walk column blocks outermost so one block of the right operand
             # (K x 16) stays in cache while every row block streams past it.
             loop_order = [axes[-1]] + axes[:-1]
+        elif len(axes) >= 2 and shape[axes[-1]] > shape[axes[-2]] and self.reused_along(shape, axes[-2]):
+            # One output per iteration (a small-batch x @ W^T: dot products): the wider operand,
+            # read again for every row, is walked once in the outer loop while the narrow one
+            # stays in cache (8 rows x 2048 columns: W streamed once, not 8 times).
+            loop_order = [axes[-1]] + axes[:-1]
         for n, axis in enumerate(loop_order):
             steps = shape[axis] // factors[axis]
             var = self.new_var(steps)
@@ -667,6 +672,11 @@ class Lowerer:
         """Whether some load inside a reduce of this kernel reads consecutive elements for
         consecutive outputs along ``axis`` (stride 1, with every other index at 0)."""
         return any(in_reduce and _stride(expr, axis) == 1 for expr, in_reduce in self.load_indices(shape))
+
+    def reused_along(self, shape: tuple[int, ...], axis: int) -> bool:
+        """Whether some load inside a reduce of this kernel reads the same elements for every
+        output along ``axis`` (stride 0 there: a matmul's B seen from its rows)."""
+        return any(in_reduce and _stride(expr, axis) == 0 for expr, in_reduce in self.load_indices(shape))
 
     def load_order(self, shape: tuple[int, ...]) -> list[int] | None:
         """The loop order of an elementwise kernel when walking its output in order would read
