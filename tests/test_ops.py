@@ -992,3 +992,13 @@ def test_rrelu():
     slope = out[x < 0] / x[x < 0]
     assert bool(((slope >= 0.1) & (slope <= 0.3)).all()) and slope.std() > 0.01
     torch.testing.assert_close(out[x >= 0], x[x >= 0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_stats_dtype(dtype):
+    x, w, b = make((4, 3, 5), dtype), make((3,), dtype, seed=1), make((3,), dtype, seed=2)
+    rm, rv = torch.zeros(3, dtype=dtype), torch.ones(3, dtype=dtype)
+    aten = torch.ops.aten
+    check(lambda *a: aten.native_batch_norm(*a, True, 0.1, 1e-5), x, w, b, rm, rv, mutates=(3, 4))
+    check(lambda *a: aten._batch_norm_with_update(*a, 0.1, 1e-5)[:3], x, w, b, rm, rv, mutates=(3, 4))
+    check(lambda t: aten.native_layer_norm(t, [5], None, None, 1e-5), x)

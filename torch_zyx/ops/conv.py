@@ -299,6 +299,13 @@ def native_batch_norm(x, weight, bias, running_mean, running_var, training, mome
     return _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
+@register(aten._batch_norm_with_update.default)
+def batch_norm_with_update(x, weight, bias, running_mean, running_var, momentum, eps):
+    out, mean, rstd = _batch_norm(x, weight, bias, running_mean, running_var, True, momentum, eps)
+    reserve = wrap(g.const(0, dtypes.uint8, (0,)), x._storage.device)  # ATen's CPU reserve is empty
+    return out, mean, rstd, reserve
+
+
 @register(aten._native_batch_norm_legit.no_stats)
 def native_batch_norm_no_stats(x, weight, bias, training, momentum, eps):
     return _batch_norm(x, weight, bias, None, None, True, momentum, eps)
