@@ -1002,3 +1002,18 @@ def test_batch_norm_stats_dtype(dtype):
     check(lambda *a: aten.native_batch_norm(*a, True, 0.1, 1e-5), x, w, b, rm, rv, mutates=(3, 4))
     check(lambda *a: aten._batch_norm_with_update(*a, 0.1, 1e-5)[:3], x, w, b, rm, rv, mutates=(3, 4))
     check(lambda t: aten.native_layer_norm(t, [5], None, None, 1e-5), x)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_ctc_loss(reduction):
+    log_probs = make((12, 3, 5), torch.float32).log_softmax(2)
+    targets = torch.tensor([[1, 2, 2, 4], [3, 1, 0, 0], [4, 4, 2, 0]])
+    input_lengths, target_lengths = [12, 10, 7], [4, 2, 3]
+
+    def run(lp, tg):
+        lp = lp.clone().requires_grad_()
+        loss = F.ctc_loss(lp, tg, input_lengths, target_lengths, reduction=reduction)
+        loss.sum().backward()
+        return loss, lp.grad
+
+    check(run, log_probs, targets)

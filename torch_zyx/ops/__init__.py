@@ -6,6 +6,7 @@ module here registers its ops on import.
 
 from . import (  # noqa: F401  (registration)
     conv,
+    ctc,
     distance,
     elementwise,
     factory,
