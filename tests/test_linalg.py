@@ -157,7 +157,8 @@ def test_eigh_values_and_vectors_up_to_sign(dtype, n):
     tol = 1e-4 if dtype == torch.float32 else 1e-10
     torch.testing.assert_close(values, ref_values, atol=tol, rtol=tol)
     torch.testing.assert_close(vectors.abs(), ref_vectors.abs(), atol=tol, rtol=tol)
-    torch.testing.assert_close(vectors.mT @ vectors, torch.eye(n, dtype=dtype).expand(2, n, n), atol=tol, rtol=0)
+    identity = torch.eye(n, dtype=dtype).expand(2, n, n)
+    torch.testing.assert_close(vectors.mT @ vectors, identity, atol=tol, rtol=0)
 
 
 @pytest.mark.parametrize("shape", [(2, 6, 4), (4, 7), (3, 3)])
@@ -208,7 +209,8 @@ def test_gradients_through_lowerings():
     a = spd(4, 4, dtype=torch.float32)
     b = torch.randn(4, 2)
     fns = [lambda x: torch.linalg.cholesky(x).sum(), lambda x: torch.linalg.det(x),
-           lambda x: torch.linalg.solve(x, b.to(x.device)).sum(), lambda x: torch.linalg.eigvalsh(x).pow(2).sum(),
+           lambda x: torch.linalg.solve(x, b.to(x.device)).sum(),
+           lambda x: torch.linalg.eigvalsh(x).pow(2).sum(),
            lambda x: torch.linalg.svdvals(x).sum(), lambda x: torch.linalg.qr(x)[1].sum()]
     for fn in fns:
         ref_in = a.clone().requires_grad_()

@@ -513,7 +513,8 @@ def ldl_factor(a: Lz) -> tuple[Lz, Lz, Lz]:
             rest = row.gt(k + 1)
             wk = where(rest, d21 * (d11 * x - xk1), 0)
             wk1 = where(rest, d21 * (d22 * xk1 - x), 0)
-            block = where(rest & col.gt(k + 1), s - (where(rest, x, 0) * wk.mT + where(rest, xk1, 0) * wk1.mT), s)
+            update = where(rest, x, 0) * wk.mT + where(rest, xk1, 0) * wk1.mT
+            block = where(rest & col.gt(k + 1), s - update, s)
             block = where(col.eq(k) & rest, wk, where(col.eq(k + 1) & rest, wk1, block))
             step = where(two, block, step)
         s = where(active, step, s)
@@ -571,7 +572,8 @@ def ldl_solve(ld: Lz, piv: Lz, b: Lz) -> Lz:
             ak = ld.rows(k + 1, k + 2).cols(k + 1, k + 2) / akm1k
             denom = akm1 * ak - 1
             bkm1, bkk = bk / akm1k, bk1 / akm1k
-            blk = where(row.eq(k), (ak * bkm1 - bkk) / denom, where(row.eq(k + 1), (akm1 * bkk - bkm1) / denom, blk))
+            blk = where(row.eq(k + 1), (akm1 * bkk - bkm1) / denom, blk)
+            blk = where(row.eq(k), (ak * bkm1 - bkk) / denom, blk)
             step = where(two, blk, step)
         b = where(active, step, b)
         skip = two
