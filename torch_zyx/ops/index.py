@@ -192,6 +192,10 @@ def scatter_hits(x: Node, dim: int, index: Node, src: Node) -> tuple[Node, Node]
     return g.binary("eq", idx_w, pos), src_w
 
 
+# Most entries a half-precision scatter-add adds one after the other (see _scatter_node).
+_SEQUENTIAL_HALF_MAX = 64
+
+
 def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -> Node:
     """x with x[.., index[i], ..] (+)= src[i] along ``dim`` (one-hot over index's entries)."""
     nd = len(x.shape)
@@ -204,6 +208,16 @@ def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -
         k = g.expand(g.reshape(g.iota((m,)), (1,) * nd + (m,)), wide)
         last = g.reduce("max", g.where(hit, k, g.const(-1, dtypes.int64, wide)), (nd,))
         hit = g.binary("and", hit, g.binary("eq", k, g.expand(last, wide)))
+    if reduce_add and x.dtype in (dtypes.float16, dtypes.bfloat16) and m <= _SEQUENTIAL_HALF_MAX:
+        # ATen adds half values one entry after the other in half precision; a float sum
+        # rounds once and differs after cancellation, so the entries are added in order.
+        out = x
+        for k in range(m):
+            bounds = tuple((0, s) for s in x.shape) + ((k, k + 1),)
+            h, v = g.reshape(g.shrink(hit, bounds), x.shape), g.reshape(g.shrink(src_w, bounds), x.shape)
+            step = g.cast(g.cast(g.binary("add", out, v), dtypes.float32), x.dtype)
+            out = g.where(h, step, out)
+        return out
     if x.dtype == dtypes.bool_:
         picked = g.reduce("max", g.binary("and", hit, src_w), (nd,))
         any_hit = g.reduce("max", hit, (nd,))
