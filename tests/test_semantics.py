@@ -203,3 +203,23 @@ def test_save_load_roundtrip():
     on_cpu = torch.load(buf, map_location="cpu")
     assert on_cpu["t"].device.type == "cpu"
     torch.testing.assert_close(on_cpu["t"], t.cpu())
+
+
+def test_deepcopy_tensor_parameter_module():
+    import copy
+
+    model = torch.nn.Linear(4, 3).to("zyx")
+    model.weight.grad = torch.ones(3, 4, device="zyx")
+    clone = copy.deepcopy(model)
+    assert clone.weight.device.type == "zyx" and isinstance(clone.weight, torch.nn.Parameter)
+    assert clone.weight.requires_grad and clone.weight is not model.weight
+    assert_close(clone.weight, model.weight.cpu())
+    assert_close(clone.weight.grad, torch.ones(3, 4))
+    with torch.no_grad():
+        clone.weight.add_(1)  # the copy owns its values
+    assert_close(model.weight, clone.weight.cpu() - 1)
+    shared = torch.randn(5).to("zyx")
+    pair = copy.deepcopy([shared, shared])  # the memo keeps aliasing
+    assert pair[0] is pair[1]
+    with pytest.raises(RuntimeError, match="graph leaves"):
+        copy.deepcopy(torch.randn(2, device="zyx", requires_grad=True) * 2)

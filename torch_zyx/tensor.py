@@ -9,6 +9,7 @@ replaces the value by "old value with this view's region overwritten".
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import weakref
@@ -191,6 +192,28 @@ class ZyxTensor(torch.Tensor):
         # values (a plain tensor torch.save knows) and rebuilds it on zyx when loaded.
         state = {k: v for k, v in self.__dict__.items() if k != "_storage"}
         return (_rebuild_zyx, (to_cpu(self), self.device.index or 0, self.requires_grad, state))
+
+    def __deepcopy__(self, memo):
+        # torch's own deepcopy would copy ``__dict__`` and with it the Storage's lazy nodes
+        # (interned, not copyable); a device clone is the copy, Python attributes (``_is_param``
+        # of parameters, user attributes) are deep-copied, and ``.grad`` comes along as on CPU.
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support "
+                               "the deepcopy protocol at the moment.  If you were attempting to "
+                               "deepcopy a module, this may be because of a torch.nn.utils."
+                               "weight_norm usage, see https://github.com/pytorch/pytorch/pull/103001")
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            if key != "_storage":
+                new.__dict__[key] = copy.deepcopy(value, memo)
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        return new
 
     def tolist(self):
         # torch refuses ``tolist`` on wrapper subclasses; the CPU copy has the same values.
