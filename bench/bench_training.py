@@ -117,7 +117,8 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|---:|")
         for name, tz, tc, ratio, target, warm in rows:
             mark = "met" if ratio <= target else "not met"
-            print(f"| {name} | {tz * 1e3:.1f} | {tc * 1e3:.1f} | {ratio:.2f}x | <= {target}x ({mark}) | {warm:.1f} |")
+            print(f"| {name} | {tz * 1e3:.1f} | {tc * 1e3:.1f} | {ratio:.2f}x | <= {target}x ({mark}) "
+                  f"| {warm:.1f} |")
     else:
         for name, tz, tc, ratio, target, warm in rows:
             print(f"{name:70s} zyx {tz * 1e3:9.1f} ms  cpu {tc * 1e3:9.1f} ms  ratio {ratio:5.2f}x "

@@ -205,7 +205,10 @@ class Lowerer:
             # (one loop for all its outputs), not one loop per lane (matmul + bias was 64
             # scalar loops, 50x slower).
             missing = [lanes[positions[0]] for positions in todo.values()]
-            values = self.emit_reduce(node, missing) if node.op == "REDUCE" else self.emit_lanes(node, missing)
+            if node.op == "REDUCE":
+                values = self.emit_reduce(node, missing)
+            else:
+                values = self.emit_lanes(node, missing)
             for (key, positions), value in zip(todo.items(), values):
                 self.scopes[-1][key] = value
                 for i in positions:
@@ -225,7 +228,8 @@ class Lowerer:
             for lane, value in zip(lanes, values):
                 valid = self.pad_valid(node, lane)
                 if valid.key != sym.TRUE.key:
-                    value = self.add("WHERE", node.dtype, (self.index(valid), value, self.const(0, node.dtype)))
+                    zero = self.const(0, node.dtype)
+                    value = self.add("WHERE", node.dtype, (self.index(valid), value, zero))
                 out.append(value)
             return out
         per_src = [self.emit(src, lanes) for src in node.srcs]
@@ -707,7 +711,10 @@ class Lowerer:
         ranges = []
         for n, axis in enumerate(order):
             var = self.new_var(shape[axis])
-            ranges.append(self.open_range(var, "start", "end") if n == 0 else self.open_range(var, 0, shape[axis]))
+            if n == 0:
+                ranges.append(self.open_range(var, "start", "end"))
+            else:
+                ranges.append(self.open_range(var, 0, shape[axis]))
             dims[axis] = var
         self.emit_stores([Index(shape, tuple(dims))])
         for rng in reversed(ranges):

@@ -13,11 +13,12 @@ So, as BLAS GEMMs do, an operand read often enough is first copied into panels: 
 ``[m / PANEL_ROWS, k, PANEL_ROWS]``, B as ``[n / PANEL_COLS, k, PANEL_COLS]``. The tile's k
 loop then reads each operand as one sequential stream. An A whose rows already lie in memory
 along k is read in place (its PANEL_ROWS rows are as many sequential streams); a computed A
-(a ReLU's gradient) is stored once first rather than recomputed for every tile column. The copy is a small kernel of its own
-(O(mk + kn) against the matmul's O(mnk)): the packed value is *pinned* (the kernelizer stores
-it), and the matmul reads it back through a permute and a reshape, which lowering turns into
-index arithmetic (the panel index and the lane within the panel fall out of the tile's
-indices). Elementwise work around the reduce (bias, activation) still fuses into the matmul.
+(a ReLU's gradient) is stored once first rather than recomputed for every tile column. The
+copy is a small kernel of its own (O(mk + kn) against the matmul's O(mnk)): the packed value
+is *pinned* (the kernelizer stores it), and the matmul reads it back through a permute and a
+reshape, which lowering turns into index arithmetic (the panel index and the lane within the
+panel fall out of the tile's indices). Elementwise work around the reduce (bias, activation)
+still fuses into the matmul.
 """
 
 from __future__ import annotations
