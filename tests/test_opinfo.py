@@ -26,6 +26,7 @@ Environment:
   asks ``torch.zyx.is_available()``, so the pytest process always has. A spawned worker is a
   fresh process; it also keeps its compiled kernels from test to test, which a fork loses.
 - ``ZYX_OPINFO_STRICT=1`` makes an expected failure that now passes fail (stale entry).
+- ``ZYX_OPINFO_TIMEOUT``: seconds one test may take (default 120; 240 on OpenCL).
 
 Known failures live in ``tests/opinfo_expected_failures.json`` (test name -> one-line reason)
 and are applied as non-strict xfails: the ops helper fixes lowerings concurrently, so a fixed
@@ -81,7 +82,9 @@ if ISOLATE not in ("fork", "worker", "none"):
 CRASH = "Crash:"
 STRICT = os.environ.get("ZYX_OPINFO_STRICT", "") not in ("", "0")
 # A hung kernel compile must not stall the whole (2-core) run; the alarm turns it into a failure.
-TEST_TIMEOUT_S = int(os.environ.get("ZYX_OPINFO_TIMEOUT", "120") or 120)
+# PoCL compiles each new kernel for ~1 s (more on a busy machine), and a test makes dozens.
+_DEFAULT_TIMEOUT_S = 240 if BACKEND == "opencl" else 120
+TEST_TIMEOUT_S = int(os.environ.get("ZYX_OPINFO_TIMEOUT", "") or _DEFAULT_TIMEOUT_S)
 
 
 def _load(path: Path) -> dict[str, str]:
