@@ -122,8 +122,10 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 _DEBUG_SCRIPT = """
 import torch
+from torch_zyx.ops import registry
 x = torch.ones(8, device='zyx')
 print((x * 2 + 1).relu().sum().item())
+del registry.LOWERINGS[torch.ops.aten.histc.default]  # an op without a lowering
 try:
     torch.histc(torch.randn(4, device='zyx'))
 except NotImplementedError as exc:
@@ -156,15 +158,25 @@ def test_compile_error_carries_source():
     assert "broken" in message and "%undefined_value" in message and info.value.source == bad
 
 
+def _hide_lowering(monkeypatch, op) -> None:
+    # The fallback path is exercised on a lowered op with its lowering taken out of the table
+    # (any op picked for having no lowering gets one sooner or later).
+    from torch_zyx.ops import registry
+
+    monkeypatch.delitem(registry.LOWERINGS, op)
+
+
 def test_no_fallback_raises(monkeypatch):
     monkeypatch.setattr(CONFIG, "cpu_fallback", False)
+    _hide_lowering(monkeypatch, torch.ops.aten.histc.default)
     x = torch.randn(4, 4, device="zyx")
-    # histc has no zyx lowering (yet): the op and the dtype are named.
+    # The op and the dtype are named.
     with pytest.raises(NotImplementedError, match=r"aten\.histc.*float32"):
         torch.histc(x)
 
 
-def test_fallback_runs_on_cpu_and_counts(counters):
+def test_fallback_runs_on_cpu_and_counts(counters, monkeypatch):
+    _hide_lowering(monkeypatch, torch.ops.aten.histc.default)
     x = torch.randn(5, 5)
     assert_close(torch.histc(x.to("zyx"), bins=4), torch.histc(x, bins=4))
     assert counters()["cpu_fallbacks"] >= 1
