@@ -1017,3 +1017,18 @@ def test_ctc_loss(reduction):
         return loss, lp.grad
 
     check(run, log_probs, targets)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear", "linear", "trilinear"])
+@pytest.mark.parametrize("scale", [1.7, 0.6])
+def test_interpolate_grad(mode, scale):
+    shape = {"linear": (2, 3, 6), "trilinear": (1, 2, 3, 4, 5)}.get(mode, (2, 2, 4, 5))
+    kw = {} if mode.startswith("nearest") else {"align_corners": False}
+
+    def grad(t):
+        t = t.clone().requires_grad_()
+        out = F.interpolate(t, scale_factor=scale, mode=mode, **kw)
+        (out * out).sum().backward()
+        return t.grad
+
+    check(grad, make(shape, torch.float32))

@@ -82,3 +82,89 @@ def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners
     node = _apply(node, 2, g.permute(_aa_weights(h, ho, align_corners, scales_h), (1, 0)))
     node = _apply(node, 3, g.permute(_aa_weights(w, wo, align_corners, scales_w), (1, 0)))
     return wrap(g.cast(node, zdtype(grad.dtype)), grad._storage.device)
+
+
+# ------------------------------------------------------------------------------- upsample backward
+
+
+def _scale(n_in: int, n_out: int, align_corners: bool, scale_factor) -> float:
+    """ATen's area_pixel_compute_scale."""
+    if align_corners:
+        return (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    return 1.0 / scale_factor if scale_factor and scale_factor > 0 else n_in / n_out
+
+
+def _nearest_weights(n_in: int, n_out: int, scale_factor, exact: bool) -> Node:
+    """(n_out, n_in) 0/1 matrix: output o reads input min(floor((o + .5?) * scale), n_in - 1)."""
+    scale = _scale(n_in, n_out, False, scale_factor)
+    f64 = dtypes.float64
+    o = g.cast(g.iota((n_out,)), f64)
+    if exact:
+        o = g.binary("add", o, g.const(0.5, f64, (n_out,)))
+    src = g.cast(g.unary("floor", g.binary("mul", o, g.const(scale, f64, (n_out,)))), dtypes.int64)
+    src = g.binary("min", src, g.const(n_in - 1, dtypes.int64, (n_out,)))
+    shape = (n_out, n_in)
+    hit = g.binary("eq", g.expand(g.reshape(src, (n_out, 1)), shape), g.expand(g.reshape(g.iota((n_in,)), (1, n_in)),
+                                                                               shape))
+    return g.cast(hit, f64)
+
+
+def _linear_weights(n_in: int, n_out: int, align_corners: bool, scale_factor) -> Node:
+    """(n_out, n_in) linear-interpolation weights (ATen's source index rule, edge clamped)."""
+    scale = _scale(n_in, n_out, align_corners, scale_factor)
+    f64 = dtypes.float64
+    o = g.cast(g.iota((n_out,)), f64)
+    if align_corners:
+        x = g.binary("mul", o, g.const(scale, f64, (n_out,)))
+    else:
+        x = g.binary("sub", g.binary("mul", g.binary("add", o, g.const(0.5, f64, (n_out,))),
+                                     g.const(scale, f64, (n_out,))), g.const(0.5, f64, (n_out,)))
+        x = g.binary("max", x, g.const(0.0, f64, (n_out,)))
+    i0 = g.binary("min", g.cast(g.unary("trunc", x), dtypes.int64), g.const(n_in - 1, dtypes.int64, (n_out,)))
+    i1 = g.binary("min", g.binary("add", i0, g.const(1, dtypes.int64, (n_out,))),
+                  g.const(n_in - 1, dtypes.int64, (n_out,)))
+    lam = g.binary("sub", x, g.cast(i0, f64))
+    shape = (n_out, n_in)
+    col = g.expand(g.reshape(g.iota((n_in,)), (1, n_in)), shape)
+
+    def at(i: Node, w: Node) -> Node:
+        hit = g.binary("eq", g.expand(g.reshape(i, (n_out, 1)), shape), col)
+        return g.where(hit, g.expand(g.reshape(w, (n_out, 1)), shape), g.const(0.0, f64, shape))
+
+    return g.binary("add", at(i0, g.binary("sub", g.const(1.0, f64, (n_out,)), lam)), at(i1, lam))
+
+
+def _spread_back(grad, input_size, weights: list[Node]):
+    """Input gradient of a separable resize: each spatial axis contracted with its transposed
+    (n_out, n_in) weight matrix."""
+    node = _compute(read(grad))
+    nsp = len(weights)
+    for i, w in enumerate(weights):
+        node = _apply(node, len(node.shape) - nsp + i, g.permute(w, (1, 0)))
+    assert node.shape == tuple(input_size)
+    return wrap(g.cast(node, zdtype(grad.dtype)), grad._storage.device)
+
+
+def _nearest_backward(exact: bool):
+    def lowering(grad, output_size, input_size, *scales):
+        sizes_in = tuple(input_size)[2:]
+        weights = [_nearest_weights(n_in, n_out, scales[i] if i < len(scales) else None, exact)
+                   for i, (n_in, n_out) in enumerate(zip(sizes_in, output_size))]
+        return _spread_back(grad, input_size, weights)
+
+    return lowering
+
+
+register(aten.upsample_nearest1d_backward.default, aten.upsample_nearest2d_backward.default,
+         aten.upsample_nearest3d_backward.default)(_nearest_backward(False))
+register(aten._upsample_nearest_exact1d_backward.default, aten._upsample_nearest_exact2d_backward.default,
+         aten._upsample_nearest_exact3d_backward.default)(_nearest_backward(True))
+
+
+@register(aten.upsample_linear1d_backward.default, aten.upsample_bilinear2d_backward.default,
+          aten.upsample_trilinear3d_backward.default)
+def upsample_linear_backward(grad, output_size, input_size, align_corners, *scales):
+    sizes_in = tuple(input_size)[2:]
+    weights = [_linear_weights(n_in, n_out, align_corners, scales[i] if i < len(scales) else None)
+               for i, (n_in, n_out) in enumerate(zip(sizes_in, output_size))]
+    return _spread_back(grad, input_size, weights)
