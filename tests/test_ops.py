@@ -1032,3 +1032,19 @@ def test_interpolate_grad(mode, scale):
         return t.grad
 
     check(grad, make(shape, torch.float32))
+
+
+@pytest.mark.parametrize("nsp", [2, 3])
+def test_fractional_max_pool_explicit_samples(nsp):
+    # The functional form draws its samples from the device RNG; the aten op takes them as input.
+    shape, kernel, out = ((2, 3, 9, 7), (3, 2), (4, 3)) if nsp == 2 else ((2, 2, 6, 5, 7), (2, 2, 3), (3, 2, 4))
+    op = torch.ops.aten.fractional_max_pool2d if nsp == 2 else torch.ops.aten.fractional_max_pool3d
+    samples = torch.rand(shape[0], shape[1], nsp, generator=torch.Generator().manual_seed(3))
+
+    def run(t, s):
+        t = t.clone().requires_grad_()
+        values, indices = op(t, kernel, out, s)
+        (values * values).sum().backward()
+        return values, indices, t.grad
+
+    check(run, make(shape, torch.float32), samples)

@@ -436,3 +436,65 @@ def adaptive_avg_pool2d_backward(grad, x):
 @register(aten._adaptive_avg_pool3d_backward.default)
 def adaptive_avg_pool3d_backward(grad, x):
     return _adaptive_avg_backward(grad, x, 3)
+
+
+# ------------------------------------------------------------------------------- fractional pools
+
+
+def _fractional_starts(samples: Node, n_in: int, n_out: int, k: int, dtype: dtypes.DType) -> Node:
+    """Window starts (*lead, n_out) int64 from per-plane samples u (*lead,): ATen's sequence
+    int((i + u) * alpha) - int(u * alpha), alpha = (n_in - k) / (n_out - 1), the last window
+    ending at the input's end. Computed in the input's dtype, as ATen does."""
+    lead = samples.shape
+    shape = lead + (n_out,)
+    if n_out == 1:
+        return g.const(n_in - k, dtypes.int64, shape)
+    u = g.expand(g.reshape(g.cast(samples, dtype), lead + (1,)), shape)
+    alpha = g.const((n_in - k) / (n_out - 1), dtype, shape)
+    i = g.cast(g.expand(g.reshape(g.iota((n_out,)), (1,) * len(lead) + (n_out,)), shape), dtype)
+    first = g.cast(g.binary("mul", g.binary("add", i, u), alpha), dtypes.int64)
+    offset = g.cast(g.binary("mul", u, alpha), dtypes.int64)
+    seq = g.binary("sub", first, offset)
+    is_last = g.binary("eq", g.expand(g.reshape(g.iota((n_out,)), (1,) * len(lead) + (n_out,)), shape),
+                       g.const(n_out - 1, dtypes.int64, shape))
+    return g.where(is_last, g.const(n_in - k, dtypes.int64, shape), seq)
+
+
+def _fractional(x, kernel_size, output_size, samples, nsp: int):
+    kernel = ntuple(kernel_size, nsp)
+    out = ntuple(output_size, nsp)
+    size = tuple(x.shape[-nsp:])
+    for o, k, s in zip(out, kernel, size):
+        if o + k - 1 > s:
+            raise RuntimeError(f"fractional_max_pool{nsp}d(): pool size {k} too large relative to input size {s} "
+                               f"for output size {o}")
+    lead = tuple(x.shape[:-nsp])
+    u = g.reshape(read(samples), lead + (nsp,))
+    dtype = zdtype(x.dtype)
+    starts = []
+    for axis in range(nsp):
+        # ATen's samples: 2d (width, height); 3d (time, height, width).
+        which = nsp - 1 - axis if nsp == 2 else axis
+        sample = g.reshape(g.shrink(u, tuple((0, s) for s in lead) + ((which, which + 1),)), lead)
+        starts.append(_fractional_starts(sample, size[axis], out[axis], kernel[axis], dtype))
+    return _window_max(x, starts, list(kernel))
+
+
+@register(aten.fractional_max_pool2d.default)
+def fractional_max_pool2d(x, kernel_size, output_size, random_samples):
+    return _fractional(x, kernel_size, output_size, random_samples, 2)
+
+
+@register(aten.fractional_max_pool3d.default)
+def fractional_max_pool3d(x, kernel_size, output_size, random_samples):
+    return _fractional(x, kernel_size, output_size, random_samples, 3)
+
+
+@register(aten.fractional_max_pool2d_backward.default)
+def fractional_max_pool2d_backward(grad, x, kernel_size, output_size, indices):
+    return _indexed_backward(grad, x, indices, 2)
+
+
+@register(aten.fractional_max_pool3d_backward.default)
+def fractional_max_pool3d_backward(grad, x, kernel_size, output_size, indices):
+    return _indexed_backward(grad, x, indices, 3)
