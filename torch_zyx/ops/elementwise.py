@@ -124,7 +124,9 @@ def pow_(x: Node, y: Node) -> Node:
         if y.op == "CONST" and (y.arg >> bit) == 0:
             break
         take = b("ne", b("and", b("shr", y, c(bit, y)), c(1, y)), c(0, y))
-        result = where(take, mul(result, base), result)
+        # Select the factor, not the product: a chain of selects each feeding the next makes
+        # LLVM's optimizer take minutes on 32/64-bit exponents.
+        result = mul(result, where(take, base, c(1, base)))
         base = mul(base, base)
     if x.dtype.kind != "i":
         return result
