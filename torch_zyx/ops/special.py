@@ -1,5 +1,7 @@
 """Special functions: Bessel i0/i1 (and scaled), digamma, polygamma, Hurwitz zeta, erfinv,
-plus the small float utilities signbit, angle, frexp and integer gcd/lcm.
+plus the small float utilities signbit, angle, frexp, nextafter and integer gcd/lcm. The
+Cephes-style functions (ops/cephes.py), the incomplete gamma functions (ops/igamma.py) and the
+orthogonal polynomials (ops/polynomials.py) register from their own modules, imported below.
 
 Everything is written with primitive nodes (no libm beyond exp/log/sin/...), following ATen's
 algorithms (Cephes) where results must match closely: fixed-length unrolled loops with ``where``
