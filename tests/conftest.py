@@ -26,6 +26,13 @@ def counters():
     return torch_zyx.counters
 
 
+@pytest.fixture
+def no_fallback(monkeypatch):
+    """Ops without a zyx lowering raise instead of running on the CPU (native lowerings only);
+    modules that test only native lowerings use it for every test (``pytestmark``)."""
+    monkeypatch.setattr(CONFIG, "cpu_fallback", False)
+
+
 def assert_close(zyx_value, cpu_value, **kwargs):
     """Compare a zyx result with the CPU torch result (values, dtype, shape)."""
     if isinstance(zyx_value, (tuple, list)):

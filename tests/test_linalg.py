@@ -8,15 +8,7 @@ import pytest
 import torch
 from conftest import assert_close
 
-from torch_zyx.config import CONFIG
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    saved = CONFIG.cpu_fallback
-    CONFIG.cpu_fallback = False
-    yield
-    CONFIG.cpu_fallback = saved
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def zyx(*tensors):

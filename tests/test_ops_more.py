@@ -6,15 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_zyx.config import CONFIG
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    saved = CONFIG.cpu_fallback
-    CONFIG.cpu_fallback = False
-    yield
-    CONFIG.cpu_fallback = saved
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def same(fn, *args, **kwargs):

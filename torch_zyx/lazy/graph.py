@@ -359,6 +359,20 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return cached
 
 
+def rewrite_bottom_up(roots: list[Node], fn) -> list[Node]:
+    """``roots`` rebuilt with ``fn(node)`` applied to every node after its sources were rewritten
+    (the one mechanism of the graph rewrites: ``fn`` gets the node on rewritten sources and
+    returns it or its replacement)."""
+    new: dict[int, Node] = {}
+    for node in toposort(roots):
+        srcs = tuple(new[id(s)] for s in node.srcs)
+        out = node
+        if any(a is not b for a, b in zip(srcs, node.srcs)):
+            out = Node(node.op, node.arg, srcs, node.dtype, node.shape)
+        new[id(node)] = fn(out)
+    return [new[id(r)] for r in roots]
+
+
 def toposort(roots: list[Node]) -> list[Node]:
     """Nodes reachable from ``roots``, sources before users (iterative: graphs can be deep)."""
     order: list[Node] = []

@@ -464,16 +464,7 @@ def _split_reduce(node: Node) -> Node:
 
 def rewrite(roots: list[Node]) -> list[Node]:
     """The graph rewrites applied before kernelizing (one pass, sources before users)."""
-    new: dict[int, Node] = {}
-    for node in g.toposort(roots):
-        srcs = tuple(new[id(s)] for s in node.srcs)
-        out = node
-        if any(a is not b for a, b in zip(srcs, node.srcs)):
-            out = Node(node.op, node.arg, srcs, node.dtype, node.shape)
-        if out.op == "REDUCE":
-            out = _split_reduce(out)
-        new[id(node)] = out
-    return [new[id(r)] for r in roots]
+    return g.rewrite_bottom_up(roots, lambda node: _split_reduce(node) if node.op == "REDUCE" else node)
 
 
 def kernelize(roots: list[Node], signature: GraphSignature) -> Schedule:

@@ -38,17 +38,12 @@ PACK_MIN_K = 32
 def pack_matmul_operands(roots: list[Node]) -> tuple[list[Node], frozenset[int]]:
     """The graph with the operands of large matmul-shaped reduces read from panels, and the
     ids of the packed values (the kernelizer stores each; they live as long as the roots)."""
-    new: dict[int, Node] = {}
     pinned: set[int] = set()
-    for node in g.toposort(roots):
-        srcs = tuple(new[id(s)] for s in node.srcs)
-        out = node
-        if any(a is not b for a, b in zip(srcs, node.srcs)):
-            out = Node(node.op, node.arg, srcs, node.dtype, node.shape)
-        if out.op == "REDUCE":
-            out = _packed_reduce(out, pinned)
-        new[id(node)] = out
-    return [new[id(r)] for r in roots], frozenset(pinned)
+
+    def pack(node: Node) -> Node:
+        return _packed_reduce(node, pinned) if node.op == "REDUCE" else node
+
+    return g.rewrite_bottom_up(roots, pack), frozenset(pinned)
 
 
 def _packed_reduce(node: Node, pinned: set[int]) -> Node:
