@@ -308,4 +308,6 @@ def test_integer_pow_negative_exponent(dtype):
 def test_chebyshev_huge_degree_uses_closed_form():
     # |x| < 1 with a huge degree: ATen's cos(n acos x); the recurrence bound ignores these elements.
     x = torch.linspace(-0.99, 0.99, 23, dtype=torch.float64)
-    close(torch.special.chebyshev_polynomial_t, x, torch.full_like(x, 1e9))
+    # One ulp of acos(x) (~1e-16) times n = 1e9 moves the phase by ~1e-7: a device whose acos
+    # rounds differently by an ulp (OpenCL) differs that much; 1e-6 is the problem's conditioning.
+    close(torch.special.chebyshev_polynomial_t, x, torch.full_like(x, 1e9), tol=1e-6)
