@@ -25,7 +25,8 @@ def chain(x):
     return (((x * 2 + 1).relu() * x - 3) * 0.5 + x).sigmoid() * x + 1
 
 
-def _median_time(fn, repeats: int) -> float:
+def median_time(fn, repeats: int) -> float:
+    """Median wall time of ``repeats`` calls of ``fn`` (also used by bench_training.py)."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -50,8 +51,8 @@ def bench_case(name, fn, cpu_args, repeats, warmup=3):
         fn(*cpu_args)
     # Check the result once, so a fast wrong answer never shows up as a win.
     torch.testing.assert_close(fn(*zyx_args).cpu(), fn(*cpu_args), rtol=1e-3, atol=1e-3)
-    t_zyx = _median_time(lambda: _run_synced(fn, zyx_args), repeats)
-    t_cpu = _median_time(lambda: fn(*cpu_args), repeats)
+    t_zyx = median_time(lambda: _run_synced(fn, zyx_args), repeats)
+    t_cpu = median_time(lambda: fn(*cpu_args), repeats)
     return name, t_zyx, t_cpu
 
 

@@ -16,22 +16,13 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import statistics
 import time
 
 import torch
 from torch import nn
 
 import torch_zyx  # registers the zyx device; its config says the thread count
-
-
-def _median_time(step, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from bench import median_time  # bench/ is on sys.path when this script runs
 
 
 def _mlp_step_fn(model, device, batch):
@@ -82,7 +73,7 @@ def bench(make_step, repeats: int, warmup: int) -> tuple[float, float, float]:
     # Same model, data and number of steps: the next step must give the same loss on both (a
     # fast wrong answer must never show up as a win).
     torch.testing.assert_close(zyx_step().detach().cpu(), cpu_step().detach(), rtol=1e-3, atol=1e-3)
-    return _median_time(zyx_step, repeats), _median_time(cpu_step, repeats), warm
+    return median_time(zyx_step, repeats), median_time(cpu_step, repeats), warm
 
 
 def main() -> None:
