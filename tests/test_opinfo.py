@@ -308,6 +308,27 @@ class Worker:
 
 atexit.register(Worker.close)
 
+# Set once autograd has started its device threads in this process (any backward does, once a
+# zyx device is registered): torch then refuses backward in every forked child, so the tests
+# of this pytest worker go to the spawned Worker from there on.
+_fork_unusable = [False]
+_BAD_AUTOGRAD_FORK = "Unable to handle autograd's threading in combination with fork"
+
+
+def run_forked_or_spawned(body, test_id: str) -> None:
+    """``run_forked``, or the spawned ``Worker`` when this process can no longer fork autograd.
+
+    Under pytest-xdist the OpInfo tests share a process with other test files, whose training
+    tests run backward in the parent; a child forked after that fails every gradient test.
+    """
+    try:
+        run_forked(body)
+    except ForkedFailure as exc:
+        if _BAD_AUTOGRAD_FORK not in str(exc):
+            raise
+        _fork_unusable[0] = True
+        Worker.run(test_id)
+
 # True in the worker process (``serve``): run_checked runs the body in-process there.
 IN_WORKER = False
 # In the worker: the message of the last failure inside run_checked ("" when it passed).
@@ -356,9 +377,9 @@ class TestZyxOpInfo(TestCase):
         if EXPECTED.get(name, "").startswith("Timeout:") and not FULL:
             self.skipTest(f"known hang, ZYX_OPINFO_FULL=1 retries it: {EXPECTED[name]}")
         try:
-            if ISOLATE == "fork":
-                run_forked(body)
-            elif ISOLATE == "worker":
+            if ISOLATE == "fork" and not _fork_unusable[0]:
+                run_forked_or_spawned(body, f"{type(self).__name__}.{name}")
+            elif ISOLATE in ("fork", "worker"):
                 Worker.run(f"{type(self).__name__}.{name}")
             else:
                 run_inline(body)
