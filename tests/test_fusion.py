@@ -117,3 +117,18 @@ def test_second_run_hits_schedule_cache(counters):
     assert after["kernels_compiled"] == before["kernels_compiled"]
     torch.testing.assert_close(first, fn(a, b))
     torch.testing.assert_close(second, fn(c, d))
+
+
+def _long_loop(x, steps):
+    # Each step's value depends on all the steps before it; nothing realizes in between.
+    for i in range(steps):
+        x = (x * 0.999 + 1e-3).sin() if i % 2 else (x.exp() + 1).log()
+    return x
+
+
+def test_long_chain_without_realization_splits_into_kernels(counters):
+    """A chain far longer than one kernel's expression may be (a training loop never synced)
+    is stored every so often instead of overflowing the recursion of lowering."""
+    x = torch.randn(257)
+    launched = _count(lambda t: _long_loop(t, 1500), x)
+    assert 2 <= launched <= 40

@@ -37,6 +37,10 @@ from .panels import pack_matmul_operands
 # A computed value expanded (broadcast) is recomputed per output element; past this many
 # arithmetic ops it is cheaper to store it once.
 _EXPAND_RECOMPUTE_OPS = 3
+# The longest chain of nodes one kernel computes without a store in between. Lowering and
+# rendering walk a kernel's expression recursively; past this depth (a long loop recorded with
+# no realization) the value is stored and the chain continues in the next kernel.
+_MAX_FUSED_DEPTH = 160
 # Row reduces fuse into their consumers only over at least this many rows (the rows are what
 # runs in parallel), or when the whole value is small enough to run on one thread anyway.
 _ROW_FUSE_MIN_ROWS = 16
@@ -137,6 +141,8 @@ class Kernelizer:
         self.direct: dict[int, bool] = {}
         self.row_reduces: dict[int, dict[int, tuple[Node, int]]] = {}
         self.alu_ops: dict[int, int] = {}
+        # Per value, its longest chain of nodes down to a stored value or a leaf.
+        self.depth: dict[int, int] = {}
 
     # ------------------------------------------------------------------ decide stores
 
@@ -247,9 +253,11 @@ class Kernelizer:
             self._summarize(node, row_split)
             own = 1 if node.op in g.ELEMENTWISE or node.op in ("REDUCE", "RANDOM") else 0
             self.alu_ops[id(node)] = own + sum(self.alu_ops[id(s)] for s in srcs if id(s) not in self.stored)
+            depth = 1 + max((self.depth[id(s)] for s in srcs if id(s) not in self.stored), default=0)
+            self.depth[id(node)] = depth
             if id(node) in root_ids:
                 self._mark_store(node, root=True)
-            elif id(node) in self.pinned:
+            elif id(node) in self.pinned or (depth > _MAX_FUSED_DEPTH and node.op not in g.MOVEMENT):
                 self._mark_store(node)
 
     def fusion_of(self, node: Node) -> int:
