@@ -28,7 +28,7 @@ from .tensor import ZyxTensor, from_cpu, read, set_dispatcher, to_cpu, wrap, wri
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
-_LOWERINGS = registry.LOWERINGS
+_LOWERING_OF = registry.LOWERINGS.by_id  # id(overload) → lowering
 _warned: set[str] = set()
 
 # Ops whose decomposition is worse than the CPU (none yet) or wrong for us are skipped here.
@@ -100,7 +100,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def torch_dispatch(cls, func, types, args=(), kwargs=None):
     """``ZyxTensor.__torch_dispatch__``: ``dispatch`` with the registered-lowering case inline
     (every recorded op goes through here, one Python call less per op)."""
-    lowering = _LOWERINGS.get(func)
+    lowering = _LOWERING_OF.get(id(func))
     if lowering is not None:
         try:
             return lowering(*args, **kwargs) if kwargs else lowering(*args)
@@ -110,7 +110,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
 
 
 def dispatch(func, args, kwargs):
-    lowering = _LOWERINGS.get(func)
+    lowering = _LOWERING_OF.get(id(func))
     if lowering is not None:
         try:
             return lowering(*args, **kwargs)

@@ -10,7 +10,6 @@ replaces the value by "old value with this view's region overwritten".
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 import weakref
 
@@ -30,20 +29,25 @@ ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
 
 
 
-class _KeyedRef(weakref.ref):
-    """A weak reference carrying its table key (cheaper to make than ``weakref.KeyedRef``)."""
-
-    __slots__ = ("key",)
-
-
-# seq → weak reference of every live storage, in creation order (a dict keeps insertion order,
-# so ``pending_storages`` needs no sort; a WeakSet's Python-level ``add`` cost ~1 us per op).
-_live_storages: dict[int, _KeyedRef] = {}
-_storage_seq = itertools.count()
+# Weak references to every storage made since the last sweep, in creation order (so
+# ``pending_storages`` needs no sort). No callback per storage: dead references are dropped in
+# bulk when the list doubles (a death callback cost ~1.5 us per recorded op, a WeakSet's ``add``
+# ~1 us), which keeps the list within twice the live storages.
+_live_storages: list[weakref.ref] = []
+_sweep = {"at": 4096}
 
 
-def _storage_died(ref: _KeyedRef) -> None:
-    _live_storages.pop(ref.key, None)
+def _track(storage: Storage) -> None:
+    live = _live_storages
+    live.append(weakref.ref(storage))
+    if len(live) > _sweep["at"]:
+        _sweep_storages()
+
+
+def _sweep_storages() -> None:
+    live = [ref for ref in _live_storages if ref() is not None]
+    _live_storages[:] = live
+    _sweep["at"] = max(4096, 2 * len(live))
 
 
 def supports_dtype(dtype: torch.dtype) -> bool:
@@ -67,7 +71,7 @@ class Storage:
     no RESHAPE node per op.
     """
 
-    __slots__ = ("__weakref__", "_shaped", "_value", "device", "dtype", "numel", "seq")
+    __slots__ = ("__weakref__", "_shaped", "_value", "device", "dtype", "numel")
 
     def __init__(self, value: Node | None, device, shaped: Node | None = None):
         if shaped is None:
@@ -81,10 +85,7 @@ class Storage:
             self.dtype = shaped.dtype
             self.numel = math.prod(shaped.shape)
         self.device = device
-        self.seq = seq = next(_storage_seq)
-        ref = _KeyedRef(self, _storage_died)
-        ref.key = seq
-        _live_storages[seq] = ref
+        _track(self)
 
     @property
     def value(self) -> Node:
@@ -123,7 +124,8 @@ class Storage:
 
 def pending_storages() -> list[Storage]:
     """Storages with unrealized values, oldest first (a stable order keeps graph signatures equal)."""
-    storages = (ref() for ref in list(_live_storages.values()))
+    _sweep_storages()
+    storages = (ref() for ref in _live_storages)
     return [s for s in storages if s is not None and s.value.op != "BUFFER"]
 
 
@@ -146,14 +148,18 @@ class ZyxTensor(torch.Tensor):
     """A tensor on a ``zyx`` device. Its data lives in ``_storage`` (lazy until realized)."""
 
     _storage: Storage
+    # (shape, strides, offset, dense) as PyTorch holds them (see ``meta``); None: not known yet.
+    _zmeta: tuple | None = None
 
     @staticmethod
     def __new__(cls, storage: Storage, shape, strides, offset: int, requires_grad: bool = False):
+        shape, strides = tuple(shape), tuple(strides)
         out = torch.Tensor._make_wrapper_subclass(
-            cls, tuple(shape), strides=tuple(strides), storage_offset=offset,
+            cls, shape, strides=strides, storage_offset=offset,
             dtype=ZYX_TO_TORCH[storage.dtype], device=_torch_device(storage.device.index),
             requires_grad=requires_grad, storage_size=_VIRTUAL_STORAGE_BYTES)
         out._storage = storage
+        out._zmeta = make_meta(shape, strides, offset)
         return out
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -186,11 +192,12 @@ class ZyxTensor(torch.Tensor):
         torch._C.TensorBase.data.__set__(self, new)
         if isinstance(new, ZyxTensor):
             self._storage = new._storage
+        self._zmeta = None  # the metadata was copied from ``new``: read it again when needed
 
     def __reduce_ex__(self, proto):
         # The wrapper's own storage is a placeholder, so pickling saves a CPU copy of the
         # values (a plain tensor torch.save knows) and rebuilds it on zyx when loaded.
-        state = {k: v for k, v in self.__dict__.items() if k != "_storage"}
+        state = {k: v for k, v in self.__dict__.items() if k not in _NOT_STATE}
         return (_rebuild_zyx, (to_cpu(self), self.device.index or 0, self.requires_grad, state))
 
     def __deepcopy__(self, memo):
@@ -209,7 +216,7 @@ class ZyxTensor(torch.Tensor):
         new.requires_grad_(self.requires_grad)
         memo[id(self)] = new
         for key, value in self.__dict__.items():
-            if key != "_storage":
+            if key not in _NOT_STATE:
                 new.__dict__[key] = copy.deepcopy(value, memo)
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
@@ -223,6 +230,11 @@ class ZyxTensor(torch.Tensor):
         if self.dim() == 0:
             return self.item().__format__(format_spec)
         return object.__format__(self, format_spec)
+
+
+# Attributes of a tensor's ``__dict__`` that describe its device data, not user state: pickling
+# and deep copies leave them to the new tensor.
+_NOT_STATE = frozenset({"_storage", "_zmeta"})
 
 
 def set_dispatcher(fn) -> None:
@@ -258,43 +270,94 @@ def _rebuild_zyx(cpu: torch.Tensor, index: int, requires_grad: bool, state: dict
 torch.serialization.add_safe_globals([_rebuild_zyx])
 
 
-# ------------------------------------------------------------------------------- reading
+# ------------------------------------------------------------------------------- metadata
+# A tensor's (shape, strides, offset) live in its TensorImpl, but reading them from Python costs
+# ~0.6 us per accessor on a subclass, three per read. So every tensor also carries them as
+# ``_zmeta`` = (shape, strides, offset, dense), set where it is made (``wrap``, ``ZyxTensor``)
+# and where its metadata changes in place (``restride``: resize_, as_strided_, set_, t_, ...;
+# the ``data`` setter). ``dense``: offset 0 and contiguous strides.
+
+# shape → the metadata of a contiguous tensor of that shape (bounded like contiguous_strides).
+_dense_metas: dict[tuple[int, ...], tuple] = {}
+
+
+def make_meta(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> tuple:
+    """``_zmeta`` of a tensor with these (tuple) sizes, strides and offset."""
+    return (shape, strides, offset, offset == 0 and strides == g.contiguous_strides(shape))
+
+
+def _dense_meta(shape: tuple[int, ...]) -> tuple:
+    cached = _dense_metas.get(shape)
+    if cached is None:
+        if len(_dense_metas) >= 4096:
+            _dense_metas.clear()
+        cached = _dense_metas[shape] = (shape, g.contiguous_strides(shape), 0, True)
+    return cached
+
+
+def meta(t: ZyxTensor) -> tuple:
+    """(shape, strides, offset, dense) of ``t`` as tuples (``t.shape``, ``t.stride()``, ...)."""
+    cached = t._zmeta
+    if cached is None:
+        cached = t._zmeta = make_meta(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    return cached
 
 
 def restride(t: ZyxTensor, storage: Storage, size, strides, offset: int) -> None:
     """Give ``t`` new sizes/strides/offset (and storage) in place, keeping the Python object."""
     from torch.utils._mode_utils import no_dispatch
 
+    size, strides = tuple(size), tuple(strides)
     t._storage = storage
     with no_dispatch():
-        torch.Tensor.as_strided_(t, tuple(size), tuple(strides), offset)
+        torch.Tensor.as_strided_(t, size, strides, offset)
+    t._zmeta = make_meta(size, strides, offset)
+
+
+# ------------------------------------------------------------------------------- reading
 
 
 def read(t: ZyxTensor) -> Node:
     """The lazy value of ``t`` in its logical shape."""
     storage = t._storage
-    shape, strides, offset = t.shape, t.stride(), t.storage_offset()
+    shape, strides, offset, dense = t._zmeta or meta(t)
     shaped = storage._shaped
-    if shaped is not None and offset == 0 and shape == shaped.shape and strides == g.contiguous_strides(shape):
+    if dense and shaped is not None and shape == shaped.shape:
         return shaped  # the whole storage, as it was stored (what strided(flat(shaped)) gives)
     return g.strided(storage.value, shape, strides, offset)
+
+
+_new_storage = object.__new__
+_weak = weakref.ref
+_pending = g.PendingCounter
 
 
 def wrap(node: Node, device) -> ZyxTensor:
     """A fresh contiguous tensor holding ``node``."""
     shape = node.shape
-    storage = Storage(None, device, node)
-    if g.PendingCounter.count > CONFIG.max_pending:
+    # Storage(None, device, node), inlined: recording makes one per op.
+    storage = _new_storage(Storage)
+    storage._value = None
+    storage._shaped = node
+    storage.dtype = dtype = node.dtype
+    storage.numel = math.prod(shape)
+    storage.device = device
+    live = _live_storages
+    live.append(_weak(storage))
+    if len(live) > _sweep["at"]:
+        _sweep_storages()
+    if _pending.count > CONFIG.max_pending:
         realize_all()
-    torch_device = _torch_devices.get(device.index)
-    if torch_device is None:
-        torch_device = _torch_device(device.index)
+    torch_device = _torch_devices.get(device.index) or _torch_device(device.index)
     # Contiguous with offset 0 are _make_wrapper_subclass's defaults (cheaper than passing them).
-    out = torch.Tensor._make_wrapper_subclass(
-        ZyxTensor, shape, dtype=ZYX_TO_TORCH[storage.dtype], device=torch_device,
-        storage_size=_VIRTUAL_STORAGE_BYTES)
+    out = _make_wrapper_subclass(ZyxTensor, shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device,
+                                 storage_size=_VIRTUAL_STORAGE_BYTES)
     out._storage = storage
+    out._zmeta = _dense_metas.get(shape) or _dense_meta(shape)
     return out
+
+
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 
 
 def write(t: ZyxTensor, node: Node) -> None:
@@ -302,12 +365,11 @@ def write(t: ZyxTensor, node: Node) -> None:
     storage = t._storage
     if node.dtype is not storage.dtype:
         node = g.cast(node, storage.dtype)
-    shape = tuple(t.shape)
+    shape, strides, offset, dense = t._zmeta or meta(t)
     if node.shape != shape:
         node = g.expand(g.reshape(node, (1,) * (len(shape) - len(node.shape)) + node.shape), shape)
-    strides, offset = t.stride(), t.storage_offset()
     numel = math.prod(shape)
-    if offset == 0 and numel == storage.numel and strides == g.contiguous_strides(shape):
+    if dense and numel == storage.numel:
         storage.assign(node)
     elif numel == 0:
         return

@@ -136,25 +136,29 @@ def buffer(handle: Any, dtype: DType, numel: int) -> Node:
     return _intern("BUFFER", handle, handle, (), dtype, (numel,))
 
 
-# Recently used 0-d constants (an op's scalar operand) stay alive here, so recording ``x * 0.5``
-# again finds its constant without building and dropping one every time. Keyed by the raw
-# Python value before conversion: (value, its class or a float's sign, dtype), so 0.0 and -0.0,
-# 1 and 1.0 stay apart; nan never equals itself and simply misses (then takes the full path).
+# Recently used constants (an op's scalar operand, at its own or at the other operand's shape)
+# stay alive here, so recording ``x * 0.5`` again finds its constant without building and
+# dropping one every time. Keyed by the raw Python value before conversion: (value, its class
+# or a float's sign, dtype, shape), so 0.0 and -0.0, 1 and 1.0 stay apart; nan never equals
+# itself and simply misses (then takes the full path).
 _scalars: dict[tuple, Node] = {}
 
 
 def const(value: Any, dtype: DType, shape: tuple[int, ...] = ()) -> Node:
-    memo = None
-    if not shape:
-        cls = value.__class__
-        if cls is float:
-            memo = (value, math.copysign(1.0, value), dtype)
-        elif cls is int or cls is bool:
-            memo = (value, cls, dtype)
-        if memo is not None:
+    cls = value.__class__
+    if cls is float:
+        memo = (value, math.copysign(1.0, value), dtype, shape)
+    elif cls is int or cls is bool:
+        memo = (value, cls, dtype, shape)
+    else:
+        memo = None
+    if memo is not None:
+        try:
             node = _scalars.get(memo)
-            if node is not None:
-                return node
+        except TypeError:  # a shape given as a list
+            node = memo = None
+        if node is not None:
+            return node
     value = dtypes.python_value(dtype, value)
     key_arg = ("f", repr(value)) if value.__class__ is float else value
     node = _intern("CONST", value, key_arg, (), dtype, tuple(shape))
@@ -185,10 +189,9 @@ def unary(op: str, x: Node) -> Node:
 
 
 def binary(op: str, x: Node, y: Node) -> Node:
-    assert op in BINARY_OPS, op
-    assert x.shape == y.shape, (op, x.shape, y.shape)
-    assert x.dtype is y.dtype, (op, x.dtype, y.dtype)
-    return _intern("BINARY", op, op, (x, y), dtypes.bool_ if op in COMPARE_OPS else x.dtype, x.shape)
+    shape, dtype = x.shape, x.dtype
+    assert op in BINARY_OPS and y.shape == shape and y.dtype is dtype, (op, x, y)
+    return _intern("BINARY", op, op, (x, y), dtypes.bool_ if op in COMPARE_OPS else dtype, shape)
 
 
 def where(cond: Node, x: Node, y: Node) -> Node:

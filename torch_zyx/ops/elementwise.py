@@ -26,6 +26,8 @@ from .registry import (
     new,
     operand,
     promoted,
+    promoted_one,
+    promoted_pair,
     register,
     result_dtype,
 )
@@ -275,25 +277,47 @@ def _compute(fn, kind, args, bool_result=False):
     return wrap(g.cast(out, dtypes.bool_ if bool_result or kind is PROMOTE_BOOL else result), device)
 
 
+# The lowerings below are the recording hot path: the common signatures (zyx tensors and Python
+# scalars) go through promoted_one/promoted_pair, everything else through _compute.
+
+
 def _device(args):
     return device_of(*args)
 
 
 def _unary_lowering(name, fn, kind):
+    bool_result = name in BOOL_RESULT
+
     def lowering(x, *extra, **kwargs):
         if name == "neg" and _is_bool(x):
             raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
                                "to invert a mask, use the `~` or `logical_not()` operator instead.")
-        return _compute(fn, kind, [x], bool_result=name in BOOL_RESULT)
+        one = promoted_one(x, kind)
+        if one is None:
+            return _compute(fn, kind, [x], bool_result=bool_result)
+        node, result, device = one
+        return wrap(g.cast(fn(node), dtypes.bool_ if bool_result else result), device)
 
     return lowering
 
 
-def _binary_lowering(fn, kind):
+def _binary_lowering(fn, kind, primitive=None):
+    """The lowering of a BINARY table entry; ``primitive``: the graph op ``fn`` is, when it is
+    one (then operands of one shape are combined directly, without ``fn``'s broadcasting)."""
+
     def lowering(x, y, *extra, **kwargs):
         if extra or kwargs:
             raise NotImplementedError
-        return _compute(fn, kind, [x, y])
+        pair = promoted_pair(x, y, kind)
+        if pair is None:
+            return _compute(fn, kind, [x, y])
+        xn, yn, result, device = pair
+        if primitive is not None and xn.shape == yn.shape:
+            out = g.binary(primitive, xn, yn)
+        else:
+            out = fn(xn, yn)
+        # (ALWAYS_BOOL promotion's result dtype is bool)
+        return wrap(out if out.dtype is result else g.cast(out, result), device)
 
     return lowering
 
@@ -303,13 +327,18 @@ for _name, (_fn, _kind) in UNARY.items():
     if _packet is not None:
         register(_packet)(_unary_lowering(_name, _fn, _kind))
 
+# BINARY entries that are one graph op on operands of one shape.
+_PRIMITIVE = {mul: "mul", div: "div", maximum: "max", minimum: "min"}
+
 for _name, (_fn, _kind) in BINARY.items():
     _packet = getattr(aten, _name, None)
     if _packet is not None:
-        register(_packet)(_binary_lowering(_fn, _kind))
+        register(_packet)(_binary_lowering(_fn, _kind, _PRIMITIVE.get(_fn)))
 
 
 def _make_add(sign_: int, reverse: bool):
+    op = "add" if sign_ > 0 else "sub"
+
     def lowering(x, y, alpha=1):
         if reverse:
             x, y = y, x
@@ -320,14 +349,20 @@ def _make_add(sign_: int, reverse: bool):
             raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
                                "If you are trying to invert a mask, use the `~` or `logical_not()` "
                                "operator instead.")
-        (xn, yn), result, device = promoted((x, y))
+        pair = promoted_pair(x, y)
+        if pair is None:
+            (xn, yn), result, device = promoted((x, y))
+        else:
+            xn, yn, result, device = pair
         if alpha != 1:
             yn = mul(yn, g.const(alpha, xn.dtype))
         if xn.dtype is dtypes.bool_:  # computing in bool
             out = b("or", xn, yn)
+        elif xn.shape == yn.shape:
+            out = g.binary(op, xn, yn)
         else:
-            out = b("add" if sign_ > 0 else "sub", xn, yn)
-        return wrap(g.cast(out, result), device)
+            out = b(op, xn, yn)
+        return wrap(out if out.dtype is result else g.cast(out, result), device)
 
     return lowering
 

@@ -9,10 +9,47 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import TORCH_TO_ZYX, ZYX_TO_TORCH, ZyxTensor, read, wrap, zdtype
+from ..tensor import TORCH_TO_ZYX, ZYX_TO_TORCH, ZyxTensor, meta, read, wrap, zdtype
 
 aten = torch.ops.aten
-LOWERINGS: dict[object, Callable] = {}
+
+
+class LoweringTable(dict):
+    """aten overload → lowering, also indexed by the overload's ``id`` in ``by_id``: an
+    OpOverload's ``__hash__`` is Python code (~0.5 us per lookup), and the dispatcher looks one
+    up per recorded op. The table holds the overloads, so their ids stay theirs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_id: dict[int, Callable] = {}
+
+    def __setitem__(self, op, fn) -> None:
+        super().__setitem__(op, fn)
+        self.by_id[id(op)] = fn
+
+    def __delitem__(self, op) -> None:
+        super().__delitem__(op)
+        del self.by_id[id(op)]
+
+    def setdefault(self, op, fn):
+        if op not in self:
+            self[op] = fn
+        return self[op]
+
+    def pop(self, op, *default):
+        self.by_id.pop(id(op), None)
+        return super().pop(op, *default)
+
+    def update(self, *args, **kwargs) -> None:
+        for op, fn in dict(*args, **kwargs).items():
+            self[op] = fn
+
+    def clear(self) -> None:
+        super().clear()
+        self.by_id.clear()
+
+
+LOWERINGS = LoweringTable()
 PROMOTE_DEFAULT = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
 PROMOTE_INT_TO_FLOAT = ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT
 PROMOTE_BOOL = ELEMENTWISE_TYPE_PROMOTION_KIND.ALWAYS_BOOL
@@ -55,6 +92,8 @@ _promotion_cache: dict[tuple, tuple[torch.dtype, torch.dtype, object, object]] =
 
 def _promotion_key(a) -> object:
     # What PyTorch's promotion looks at: a tensor's dtype and whether it is 0-d; a scalar's type.
+    if a.__class__ is ZyxTensor:  # (from its storage and metadata: torch's accessors are slower)
+        return (a._storage.dtype, not meta(a)[0])
     if isinstance(a, torch.Tensor):
         return (a.dtype, a.dim() == 0)
     return type(a)
@@ -129,6 +168,79 @@ def promoted(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], object, object]:
     if zresult is None:
         zresult = zdtype(result)  # raises: zyx does not hold this dtype
     return nodes, zresult, device
+
+
+# The fast paths of ``promoted`` for the commonest signatures: one zyx tensor; two zyx tensors;
+# a zyx tensor and a Python scalar. Keyed by (id of kind, default dtype, each operand's zyx dtype
+# and 0-d-ness or a scalar's class) → (zyx computation dtype, zyx result dtype), None where
+# zyx lacks the dtype (then ``_plan`` raises each time, as ``zdtype`` does).
+_plans: dict[tuple, tuple[object, object]] = {}
+_default_dtype = torch.get_default_dtype
+
+
+def _plan(key: tuple, args, kind) -> tuple[object, object]:
+    plan = _plans.get(key)
+    if plan is None:
+        compute, result = elementwise_dtypes(*args, type_promotion_kind=kind)
+        plan = _plans[key] = (TORCH_TO_ZYX.get(compute), TORCH_TO_ZYX.get(result))
+        if plan[0] is None or plan[1] is None:
+            del _plans[key]
+            zdtype(compute)  # raises: zyx does not compute this dtype
+            zdtype(result)
+    return plan
+
+
+def promoted_one(x, kind=PROMOTE_DEFAULT) -> tuple[Node, object, object] | None:
+    """``promoted((x,), kind)`` as (node, zyx result dtype, device) when ``x`` is a zyx tensor,
+    else None (the caller takes the general path)."""
+    if x.__class__ is not ZyxTensor:
+        return None
+    node = read(x)
+    dtype = node.dtype
+    key = (id(kind), _default_dtype(), dtype, not node.shape)
+    plan = _plans.get(key) or _plan(key, (x,), kind)
+    compute = plan[0]
+    if dtype is not compute:
+        node = g.cast(node, compute)
+    return node, plan[1], x._storage.device
+
+
+def promoted_pair(x, y, kind=PROMOTE_DEFAULT) -> tuple[Node, Node, object, object] | None:
+    """``promoted((x, y), kind)`` as (node of x, node of y, zyx result dtype, device) for two zyx
+    tensors or a zyx tensor and a Python scalar, else None (the caller takes the general path).
+    A scalar becomes a CONST of the tensor's shape: what broadcasting makes of it anyway, built
+    in one step (the common case of recording: ``x * 0.5``)."""
+    xc, yc = x.__class__, y.__class__
+    if xc is ZyxTensor:
+        xn = read(x)
+        device = x._storage.device
+        if yc is ZyxTensor:
+            yn = read(y)
+            key = (id(kind), _default_dtype(), xn.dtype, not xn.shape, yn.dtype, not yn.shape)
+            plan = _plans.get(key) or _plan(key, (x, y), kind)
+            compute = plan[0]
+            if xn.dtype is not compute:
+                xn = g.cast(xn, compute)
+            if yn.dtype is not compute:
+                yn = g.cast(yn, compute)
+            return xn, yn, plan[1], device
+        if yc is float or yc is int or yc is bool:
+            key = (id(kind), _default_dtype(), xn.dtype, not xn.shape, yc)
+            plan = _plans.get(key) or _plan(key, (x, y), kind)
+            compute = plan[0]
+            if xn.dtype is not compute:
+                xn = g.cast(xn, compute)
+            return xn, g.const(y, compute, xn.shape), plan[1], device
+        return None
+    if yc is ZyxTensor and (xc is float or xc is int or xc is bool):
+        yn = read(y)
+        key = (id(kind), _default_dtype(), xc, yn.dtype, not yn.shape)
+        plan = _plans.get(key) or _plan(key, (x, y), kind)
+        compute = plan[0]
+        if yn.dtype is not compute:
+            yn = g.cast(yn, compute)
+        return g.const(x, compute, yn.shape), yn, plan[1], y._storage.device
+    return None
 
 
 def _scalar(x, dtype) -> Node:
