@@ -301,7 +301,32 @@ class LLVMRenderer:
         del out_args
         declares = "\n".join(sorted(self.declares))
         return (f"{declares}\n\n{head}\n{body}\n  ret void\n}}\n\n"
-                'attributes #0 = { nounwind "no-trapping-math"="true" }\n')
+                'attributes #0 = { nounwind "no-trapping-math"="true" }\n' + self.alias_metadata())
+
+    def alias_tags(self, buf: int) -> str:
+        """Alias scope of an access to kernel buffer ``buf`` (a BUF instruction): each buffer is
+        its own scope, no access aliases another buffer's. Distinct buffers of one launch never
+        overlap: a kernel stores only into buffers allocated for that realization (realize.py),
+        so LLVM may keep values in registers across stores and vectorize without run-time
+        overlap checks (layer norm's row statistics were re-read after every output store)."""
+        if self.kernel.n_buffers < 2:
+            return ""
+        slot = self.kernel.instrs[buf].arg
+        return f", !alias.scope !{_SCOPE_LISTS + slot}, !noalias !{_SCOPE_LISTS + self.kernel.n_buffers + slot}"
+
+    def alias_metadata(self) -> str:
+        n = self.kernel.n_buffers
+        if n < 2:
+            return ""
+        lines = [f'!{_ALIAS_DOMAIN} = distinct !{{!{_ALIAS_DOMAIN}, !"zyx buffers"}}']
+        scopes = [_SCOPE_LISTS + 2 * n + i for i in range(n)]
+        for i, scope in enumerate(scopes):
+            lines.append(f'!{scope} = distinct !{{!{scope}, !{_ALIAS_DOMAIN}, !"buffer {i}"}}')
+        for i in range(n):
+            lines.append(f"!{_SCOPE_LISTS + i} = !{{!{scopes[i]}}}")
+            others = ", ".join(f"!{scope}" for j, scope in enumerate(scopes) if j != i)
+            lines.append(f"!{_SCOPE_LISTS + n + i} = !{{{others}}}")
+        return "\n".join(lines) + "\n"
 
     def render_instr(self, i: int, ins: Instr, instrs: list[Instr]) -> None:
         op = ins.op
@@ -327,7 +352,7 @@ class LLVMRenderer:
             mt = MEMORY_TYPE[dtype.name]
             value = self.to_memory(value, dtype)
             ptr = self.emit(f"getelementptr inbounds {mt}, ptr {buf}, i64 {index}", "p")
-            self.lines.append(f"  store {mt} {value}, ptr {ptr}")
+            self.lines.append(f"  store {mt} {value}, ptr {ptr}{self.alias_tags(ins.srcs[0])}")
         elif op == "ALU":
             srcs = [self.values[s] for s in ins.srcs]
             self.values[i] = self.alu(ins.arg, ins.dtype, srcs, instrs[ins.srcs[0]].dtype)
@@ -381,7 +406,7 @@ class LLVMRenderer:
         if valid is not None:
             index = self.emit(f"select i1 {valid}, i64 {index}, i64 0", "i")
         ptr = self.emit(f"getelementptr inbounds {mt}, ptr {buf}, i64 {index}", "p")
-        value = self.emit(f"load {mt}, ptr {ptr}")
+        value = self.emit(f"load {mt}, ptr {ptr}{self.alias_tags(ins.srcs[0])}")
         if dtype.kind == "b":
             value = self.emit(f"icmp ne i8 {value}, 0")
         elif dtype.name == "bfloat16":  # the upper half of a float: shift instead of a libcall
@@ -424,6 +449,10 @@ class LLVMRenderer:
         self.lines.append(f"{exit_}:")
 
 
+# Alias metadata (``LLVMRenderer.alias_tags``): the domain, then from ``_SCOPE_LISTS`` on per
+# buffer its scope list, its "not these" list and its scope.
+_ALIAS_DOMAIN = 9
+_SCOPE_LISTS = 10
 # Loop metadata by "may vectorize": !0 marks invariant loads, !2/!4/!5 are loop properties
 # (a loop that must not vectorize is not unrolled either).
 LOOP_METADATA = {True: "!1", False: "!3"}

@@ -36,6 +36,8 @@ _UPCAST_OUTER = PANEL_ROWS
 _ROW_LOOP_MIN = 64
 # A load stride (elements) from which each step reads another page-sized stretch of memory.
 _FAR_STRIDE = 256
+# Elementwise loop nests: leading axes join the outer (threaded) loop up to this many iterations.
+_MIN_OUTER = 16
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,9 @@ class Lowerer:
         self.stashed: list[tuple] = []
         self.items_store = False  # grouped row kernels: every item stores its own elements
         self.flops = 0  # arithmetic per outer iteration, over all its lanes
+        self.row_flops = 0  # row kernels: the arithmetic of the reduces run once per row
         self.lanes = 1  # outputs per outer iteration (the register tile)
+        self.reduce_below: dict[int, bool] = {}  # node id → whether a reduce is under it
 
     # ------------------------------------------------------------------ instruction helpers
 
@@ -184,6 +188,13 @@ class Lowerer:
 
     # ------------------------------------------------------------------ emission
 
+    def has_reduce(self, node: Node) -> bool:
+        found = self.reduce_below.get(id(node))
+        if found is None:
+            found = node.op == "REDUCE" or any(self.has_reduce(s) for s in node.srcs)
+            self.reduce_below[id(node)] = found
+        return found
+
     def emit(self, node: Node, lanes: list[Index]) -> list[int]:
         # Each lane of a node is emitted once (a reduce used twice in one kernel, the mean and
         # variance of layer norm, runs once; lanes a broadcast makes equal share one value).
@@ -232,7 +243,12 @@ class Lowerer:
                     value = self.add("WHERE", node.dtype, (self.index(valid), value, zero))
                 out.append(value)
             return out
-        per_src = [self.emit(src, lanes) for src in node.srcs]
+        # Operands holding a reduce first: values computed before its loop would stay live
+        # across it (a ReLU mask loaded for a 64-lane tile spilled and broke the tile's SLP).
+        order = sorted(range(len(node.srcs)), key=lambda i: not self.has_reduce(node.srcs[i]))
+        per_src: list = [None] * len(node.srcs)
+        for i in order:
+            per_src[i] = self.emit(node.srcs[i], lanes)
         self.flops += len(lanes)
         if op in ("CAST", "WHERE"):
             return [self.add(op, node.dtype, srcs) for srcs in zip(*per_src)]
@@ -309,49 +325,67 @@ class Lowerer:
             self.reduce_depth -= 1
 
     def emit_loop_reduce(self, node: Node, lanes: list[Index]) -> list[int]:
-        rop, axes = node.arg
-        src = node.srcs[0]
-        dtype = node.dtype
-        accs = [self.add("ACC", dtype, (), _reduce_init(rop, dtype), pure=False) for _ in lanes]
-        vars_ = [self.new_var(src.shape[axis]) for axis in axes]
-        src_lanes = []
-        for lane in lanes:
-            dims = list(lane.dims)
-            for axis, var in zip(axes, vars_):
-                dims[axis] = var
-            src_lanes.append(Index(src.shape, tuple(dims), valid=lane.valid))
-        # Reduces inside this one that do not depend on its loop (softmax's max inside the sum
+        return self.emit_loop_reduces([(node, lanes)])[0]
+
+    def emit_loop_reduces(self, members: list[tuple[Node, list[Index]]]) -> list[list[int]]:
+        """Reduces over ranges of the same extents in one loop nest, each with accumulators of
+        its own (``members``: (reduce, its lanes); none may use another's result)."""
+        first = members[0][0]
+        vars_ = [self.new_var(first.srcs[0].shape[axis]) for axis in first.arg[1]]
+        accs, src_lanes = [], []
+        for node, lanes in members:
+            rop, axes = node.arg
+            accs.append([self.add("ACC", node.dtype, (), _reduce_init(rop, node.dtype), pure=False)
+                         for _ in lanes])
+            mine = []
+            for lane in lanes:
+                dims = list(lane.dims)
+                for axis, var in zip(axes, vars_):
+                    dims[axis] = var
+                mine.append(Index(node.srcs[0].shape, tuple(dims), valid=lane.valid))
+            src_lanes.append(mine)
+        # Reduces inside these that do not depend on their loop (softmax's max inside the sum
         # of exp(x - max)) run once before it, not once per iteration.
         inner = frozenset(var.name for var in vars_)
         seen: dict = {}
-        for lane in src_lanes:
-            self.hoist(src, lane, inner, seen)
+        for (node, _lanes), mine in zip(members, src_lanes):
+            for lane in mine:
+                self.hoist(node.srcs[0], lane, inner, seen)
+        n_lanes = sum(len(lanes) for _node, lanes in members)
         ranges = []
-        for axis, var in zip(axes, vars_):
+        for var in vars_:
             # With several lanes the lanes are the vector (SLP); vectorizing the reduce loop
             # itself would gather strided operands instead.
-            ranges.append(self.open_range(var, 0, src.shape[axis], vectorize=len(lanes) == 1))
+            vectorize = all(len(lanes) == 1 for _node, lanes in members)
+            ranges.append(self.open_range(var, 0, var.vmax + 1, vectorize=vectorize))
         before = self.flops
-        values = self.emit(src, src_lanes)
-        stash = self.stash.get(id(node))
-        if stash is not None and len(lanes) == 1:
-            source, slot, lane = stash
-            dims = list(lane.dims)
-            for axis, var in zip(axes, vars_):
-                dims[axis] = var
-            # Only where this loop walks the kernel's own row (the store loop reads it back).
-            if Index(src.shape, tuple(dims), valid=lane.valid).key() == src_lanes[0].key():
-                buf = self.add("BUF", source.dtype, (), slot)
-                self.add("STORE", None, (buf, self.index(src_lanes[0].linear), values[0]), pure=False)
-                self.stashed.append((source, slot))
-        for acc, value in zip(accs, values):
-            current = self.add("ACC_GET", dtype, (acc,), pure=False)
-            self.add("ACC_SET", None, (acc, self.add("ALU", dtype, (current, value), "r" + rop, pure=False)),
-                     pure=False)
-        self.flops = before + (self.flops - before + len(lanes)) * math.prod(src.shape[a] for a in axes)
+        for (node, lanes), mine, cells in zip(members, src_lanes, accs):
+            rop, axes = node.arg
+            values = self.emit(node.srcs[0], mine)
+            stash = self.stash.get(id(node))
+            if stash is not None and len(lanes) == 1:
+                self.stash_row(stash, axes, vars_, mine[0], values[0])
+            for acc, value in zip(cells, values):
+                current = self.add("ACC_GET", node.dtype, (acc,), pure=False)
+                update = self.add("ALU", node.dtype, (current, value), "r" + rop, pure=False)
+                self.add("ACC_SET", None, (acc, update), pure=False)
+        self.flops = before + (self.flops - before + n_lanes) * math.prod(var.vmax + 1 for var in vars_)
         for rng in reversed(ranges):
             self.close_range(rng)
-        return [self.add("ACC_GET", dtype, (acc,), pure=False) for acc in accs]
+        return [[self.add("ACC_GET", node.dtype, (acc,), pure=False) for acc in cells]
+                for (node, _lanes), cells in zip(members, accs)]
+
+    def stash_row(self, stash: tuple, axes: tuple[int, ...], vars_: list, src_lane: Index, value: int) -> None:
+        """Inside a row reduce's loop: store its source value into the row's output (``row_stash``)."""
+        source, slot, lane = stash
+        dims = list(lane.dims)
+        for axis, var in zip(axes, vars_):
+            dims[axis] = var
+        # Only where this loop walks the kernel's own row (the store loop reads it back).
+        if Index(source.shape, tuple(dims), valid=lane.valid).key() == src_lane.key():
+            buf = self.add("BUF", source.dtype, (), slot)
+            self.add("STORE", None, (buf, self.index(src_lane.linear), value), pure=False)
+            self.stashed.append((source, slot))
 
     def emit_group_reduce(self, node: Node, lane: Index) -> int:
         """The reduce of one output by the whole work group (see the module docstring)."""
@@ -403,7 +437,8 @@ class Lowerer:
             half //= 2
         return self.add("LOAD", dtype, (shared, self.index(sym.Num(0))), pure=False)
 
-    def hoist(self, node: Node, idx: Index, inner: frozenset, seen: dict, emit: bool = True) -> bool:
+    def hoist(self, node: Node, idx: Index, inner: frozenset, seen: dict, emit: bool = True,
+              pending: list | None = None) -> bool:
         """Emit, here (before the loops over the variables named in ``inner`` open), every
         reduce under ``node`` whose index does not use those variables, innermost first; the
         reduce memo then finds them inside the loops. Returns whether every reduce reached
@@ -424,17 +459,49 @@ class Lowerer:
                 var = sym.Var(f"h{self.stand_ins}", 0, src.shape[axis] - 1)
                 dims[axis] = var
                 names.add(var.name)
-            self.hoist(src, Index(src.shape, tuple(dims), valid=idx.valid), frozenset(names), seen, emit)
+            self.hoist(src, Index(src.shape, tuple(dims), valid=idx.valid), frozenset(names), seen, emit,
+                       pending)
             ok = not _uses_vars(idx.key(), inner)
             if ok and emit:
-                self.emit(node, [idx])
+                if pending is None:
+                    self.emit(node, [idx])
+                else:
+                    pending.append((node, idx))
         elif op in g.MOVEMENT:
-            ok = self.hoist(node.srcs[0], self.move(node, idx), inner, seen, emit)
+            ok = self.hoist(node.srcs[0], self.move(node, idx), inner, seen, emit, pending)
         elif op not in ("LOAD", "CONST", "IOTA", "RANDOM"):
-            results = [self.hoist(s, idx, inner, seen, emit) for s in node.srcs]
+            results = [self.hoist(s, idx, inner, seen, emit, pending) for s in node.srcs]
             ok = all(results)
         seen[key] = ok
         return ok
+
+    def emit_sibling_reduces(self, pending: list[tuple[Node, Index]]) -> None:
+        """Emit hoisted reduces (in dependency order), each run of neighbours over ranges of the
+        same extents that do not use one another in one loop (layer norm's sum and sum of
+        squares: one pass over the row instead of two)."""
+        batches: list[list[tuple[Node, Index]]] = []
+        for node, idx in pending:
+            last = batches[-1] if batches else None
+            if last is not None and not self.group and _extents(node) == _extents(last[0][0]) \
+                    and not _depends_on(node, {id(member) for member, _idx in last}):
+                last.append((node, idx))
+            else:
+                batches.append([(node, idx)])
+        for batch in batches:
+            keys = [("node", id(node), idx.key()) for node, idx in batch]
+            todo = [(node, idx) for (node, idx), key in zip(batch, keys) if not self.memoized(key)]
+            if len(todo) <= 1:
+                for node, idx in todo:
+                    self.emit(node, [idx])
+                continue
+            self.reduce_depth += 1
+            values = self.emit_loop_reduces([(node, [idx]) for node, idx in todo])
+            self.reduce_depth -= 1
+            for (node, idx), (value,) in zip(todo, values):
+                self.scopes[-1][("node", id(node), idx.key())] = value
+
+    def memoized(self, key: tuple) -> bool:
+        return any(key in scope for scope in self.scopes)
 
     def row_split(self, shape: tuple[int, ...]) -> int:
         """For a kernel with reduces: the fewest leading output axes ``k`` such that every
@@ -492,6 +559,7 @@ class Lowerer:
             # work per output is about one step per reduce, plus the store.
             inner_work = 1 + sum(1 for n in g.toposort(values) if n.op == "REDUCE")
         order = self.load_order(shape) if not reduces and opts.row_loops else None
+        runs = self.axis_runs(shape) if not reduces and opts.row_loops and not order else None
         if group_size > 1:
             global_size = self.lower_grouped(shape, group_size)
         elif split and not opts.row_loops and opts.group_size > 1:
@@ -501,6 +569,8 @@ class Lowerer:
             global_size = self.lower_rows(shape, split)
         elif order:
             global_size = self.lower_in_order(shape, order)
+        elif runs is not None and len(runs) >= 2:
+            global_size = self.lower_runs(shape, runs)
         elif not reduces and opts.row_loops and len(shape) >= 2 and shape[-1] >= _ROW_LOOP_MIN \
                 and numel > shape[-1]:
             global_size = self.lower_rows(shape, len(shape) - 1)
@@ -515,7 +585,8 @@ class Lowerer:
             global_size = self.lower_reduce_kernel(shape)
         nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
         return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
-                          work=numel * inner_work, flops=self.flops * numel // self.lanes, bytes=nbytes,
+                          work=numel * inner_work, bytes=nbytes,
+                          flops=self.flops * numel // self.lanes + self.row_flops * global_size,
                           group_size=group_size if group_size > 1 else 0)
 
     def lower_grouped(self, shape: tuple[int, ...], group: int) -> int:
@@ -550,8 +621,11 @@ class Lowerer:
         names = frozenset(v.name for v in inner_vars if v is not None)
         self.stash = self.row_stash(shape, split, lane)
         seen: dict = {}
+        pending: list = []
         for store in self.kernel.stores:
-            self.hoist(store.value, lane, names, seen)
+            self.hoist(store.value, lane, names, seen, pending=pending)
+        self.emit_sibling_reduces(pending)
+        self.row_flops, self.flops = self.flops, 0
         ranges = [self.open_range(v, 0, v.vmax + 1) for v in inner_vars if v is not None]
         for source, slot in self.stashed:
             buf = self.add("BUF", source.dtype, (), slot)
@@ -721,6 +795,54 @@ class Lowerer:
             self.close_range(rng)
         return shape[order[0]]
 
+    def axis_runs(self, shape: tuple[int, ...]) -> list[list[int]] | None:
+        """The output axes (size > 1) of an elementwise kernel in runs that every load and store
+        walks as one flat range (each axis's stride is the next one's times its size), when every
+        load index is affine in the output axes; None otherwise (or for an empty output)."""
+        axes = [a for a, s in enumerate(shape) if s > 1]
+        if len(axes) < 2 or 0 in shape:
+            return None
+        layouts = []
+        for expr, _in_reduce in self.load_indices(shape):
+            if not _affine(expr):
+                return None
+            layouts.append({a: _stride(expr, a) for a in axes})
+        for store in self.kernel.stores:
+            strides = store.view[1] if store.view is not None else g.contiguous_strides(shape)
+            layouts.append({a: strides[a] for a in axes})
+        runs = [[axes[0]]]
+        for axis in axes[1:]:
+            prev = runs[-1][-1]
+            if all(st[prev] == st[axis] * shape[axis] for st in layouts):
+                runs[-1].append(axis)
+            else:
+                runs.append([axis])
+        return runs
+
+    def lower_runs(self, shape: tuple[int, ...], runs: list[list[int]]) -> int:
+        """Elementwise kernel as one loop per run of axes (``axis_runs``), in the output's order,
+        the outermost split across threads. Each loop steps every index by a constant: a flat
+        loop would divide its index back into axes for every element (a permuting copy, such as
+        a matmul operand packed into panels, ran at a tenth of memory speed)."""
+        # Leading runs join the outer loop until it has iterations enough to share out (its
+        # divisions run once per outer iteration).
+        outer = list(runs[0])
+        rest = list(runs[1:])
+        while len(rest) > 1 and math.prod(shape[a] for a in outer) < _MIN_OUTER:
+            outer += rest.pop(0)
+        dims: list[Expr] = [sym.Num(0)] * len(shape)
+        ranges = []
+        for n, run in enumerate([outer, *rest]):
+            extent = math.prod(shape[a] for a in run)
+            var = self.new_var(extent)
+            ranges.append(self.open_range(var, "start", "end") if n == 0 else self.open_range(var, 0, extent))
+            for axis, d in zip(run, Index(tuple(shape[a] for a in run), linear=var).dims):
+                dims[axis] = d
+        self.emit_stores([Index(shape, tuple(dims))])
+        for rng in reversed(ranges):
+            self.close_range(rng)
+        return math.prod(shape[a] for a in outer)
+
     def load_indices(self, shape: tuple[int, ...]) -> list[tuple[Expr, bool]]:
         """The flat index of every load of the kernel (output axis ``a`` as variable ``q{a}``,
         reduce axes as other variables), and whether it is read inside a reduce."""
@@ -798,6 +920,34 @@ def _uses_vars(key: tuple, names: frozenset) -> bool:
     if len(key) >= 2 and key[0] == "v" and key[1] in names:
         return True
     return any(isinstance(part, tuple) and _uses_vars(part, names) for part in key)
+
+
+def _extents(node: Node) -> tuple[int, ...]:
+    """The loop extents of a reduce."""
+    return tuple(node.srcs[0].shape[a] for a in node.arg[1])
+
+
+def _depends_on(node: Node, ids: set[int]) -> bool:
+    """Whether a node in ``ids`` lies under ``node``."""
+    seen: set[int] = set()
+    stack = list(node.srcs)
+    while stack:
+        n = stack.pop()
+        if id(n) in ids:
+            return True
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(n.srcs)
+    return False
+
+
+def _affine(e: Expr) -> bool:
+    """Whether an index expression is a sum of multiples of variables (no division or mask)."""
+    if isinstance(e, (sym.Num, sym.Var)):
+        return True
+    if isinstance(e, sym.Sum):
+        return all(_affine(t) for t in e.terms)
+    return isinstance(e, sym.Mul) and _affine(e.x)
 
 
 def _stride(expr: Expr, axis: int) -> int:
