@@ -138,27 +138,25 @@ def buffer(handle: Any, dtype: DType, numel: int) -> Node:
 
 # Recently used constants (an op's scalar operand, at its own or at the other operand's shape)
 # stay alive here, so recording ``x * 0.5`` again finds its constant without building and
-# dropping one every time. Keyed by the raw Python value before conversion: (value, its class
-# or a float's sign, dtype, shape), so 0.0 and -0.0, 1 and 1.0 stay apart; nan never equals
+# dropping one every time. Keyed by the raw Python value before conversion, (value, dtype,
+# shape): Python numbers that compare equal (1, 1.0, True) convert to the same constant of a
+# dtype, except 0.0 and -0.0, so a float zero's key also holds its sign. nan never equals
 # itself and simply misses (then takes the full path).
 _scalars: dict[tuple, Node] = {}
 
 
 def const(value: Any, dtype: DType, shape: tuple[int, ...] = ()) -> Node:
     cls = value.__class__
-    if cls is float:
-        memo = (value, math.copysign(1.0, value), dtype, shape)
-    elif cls is int or cls is bool:
-        memo = (value, cls, dtype, shape)
-    else:
-        memo = None
-    if memo is not None:
+    if cls is float or cls is int or cls is bool:
+        memo = (value, dtype, shape) if value or cls is not float else (value, dtype, shape, math.copysign(1, value))
         try:
             node = _scalars.get(memo)
         except TypeError:  # a shape given as a list
             node = memo = None
         if node is not None:
             return node
+    else:
+        memo = None
     value = dtypes.python_value(dtype, value)
     key_arg = ("f", repr(value)) if value.__class__ is float else value
     node = _intern("CONST", value, key_arg, (), dtype, tuple(shape))

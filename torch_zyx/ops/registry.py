@@ -171,23 +171,33 @@ def promoted(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], object, object]:
 
 
 # The fast paths of ``promoted`` for the commonest signatures: one zyx tensor; two zyx tensors;
-# a zyx tensor and a Python scalar. Keyed by (id of kind, default dtype, each operand's zyx dtype
-# and 0-d-ness or a scalar's class) → (zyx computation dtype, zyx result dtype), None where
-# zyx lacks the dtype (then ``_plan`` raises each time, as ``zdtype`` does).
+# a zyx tensor and a Python scalar. Keyed by (id of kind, each operand's zyx dtype and 0-d-ness
+# or a scalar's class, the default dtype) → (zyx computation dtype, zyx result dtype). The
+# default dtype only matters without a float tensor among the operands (PyTorch takes the float
+# type from a float tensor when there is one): None in the key then, one call less per op.
 _plans: dict[tuple, tuple[object, object]] = {}
 _default_dtype = torch.get_default_dtype
+_FLOATS = frozenset(d for d in ZYX_TO_TORCH if d.kind == "f")
 
 
 def _plan(key: tuple, args, kind) -> tuple[object, object]:
-    plan = _plans.get(key)
-    if plan is None:
-        compute, result = elementwise_dtypes(*args, type_promotion_kind=kind)
-        plan = _plans[key] = (TORCH_TO_ZYX.get(compute), TORCH_TO_ZYX.get(result))
-        if plan[0] is None or plan[1] is None:
-            del _plans[key]
-            zdtype(compute)  # raises: zyx does not compute this dtype
-            zdtype(result)
+    compute, result = elementwise_dtypes(*args, type_promotion_kind=kind)
+    plan = (TORCH_TO_ZYX.get(compute), TORCH_TO_ZYX.get(result))
+    if plan[0] is None:
+        zdtype(compute)  # raises: zyx does not compute this dtype
+    if plan[1] is None:
+        zdtype(result)  # raises: zyx does not hold this dtype
+    _plans[key] = plan
     return plan
+
+
+def _node_of(x: ZyxTensor) -> Node:
+    """``read(x)`` with its commonest case (a tensor that is its whole storage) inline."""
+    shape, _, _, dense = x._zmeta or meta(x)
+    node = x._storage._shaped
+    if dense and node is not None and node.shape == shape:
+        return node
+    return read(x)
 
 
 def promoted_one(x, kind=PROMOTE_DEFAULT) -> tuple[Node, object, object] | None:
@@ -195,9 +205,9 @@ def promoted_one(x, kind=PROMOTE_DEFAULT) -> tuple[Node, object, object] | None:
     else None (the caller takes the general path)."""
     if x.__class__ is not ZyxTensor:
         return None
-    node = read(x)
+    node = _node_of(x)
     dtype = node.dtype
-    key = (id(kind), _default_dtype(), dtype, not node.shape)
+    key = (id(kind), dtype, not node.shape, None if dtype in _FLOATS else _default_dtype())
     plan = _plans.get(key) or _plan(key, (x,), kind)
     compute = plan[0]
     if dtype is not compute:
@@ -210,36 +220,38 @@ def promoted_pair(x, y, kind=PROMOTE_DEFAULT) -> tuple[Node, Node, object, objec
     tensors or a zyx tensor and a Python scalar, else None (the caller takes the general path).
     A scalar becomes a CONST of the tensor's shape: what broadcasting makes of it anyway, built
     in one step (the common case of recording: ``x * 0.5``)."""
-    xc, yc = x.__class__, y.__class__
-    if xc is ZyxTensor:
-        xn = read(x)
-        device = x._storage.device
+    yc = y.__class__
+    if x.__class__ is ZyxTensor:
+        xn = _node_of(x)
+        xd = xn.dtype
         if yc is ZyxTensor:
-            yn = read(y)
-            key = (id(kind), _default_dtype(), xn.dtype, not xn.shape, yn.dtype, not yn.shape)
-            plan = _plans.get(key) or _plan(key, (x, y), kind)
-            compute = plan[0]
-            if xn.dtype is not compute:
+            yn = _node_of(y)
+            yd = yn.dtype
+            key = (id(kind), xd, not xn.shape, yd, not yn.shape,
+                   None if xd in _FLOATS or yd in _FLOATS else _default_dtype())
+            compute, result = _plans.get(key) or _plan(key, (x, y), kind)
+            if xd is not compute:
                 xn = g.cast(xn, compute)
-            if yn.dtype is not compute:
+            if yd is not compute:
                 yn = g.cast(yn, compute)
-            return xn, yn, plan[1], device
+            return xn, yn, result, x._storage.device
         if yc is float or yc is int or yc is bool:
-            key = (id(kind), _default_dtype(), xn.dtype, not xn.shape, yc)
-            plan = _plans.get(key) or _plan(key, (x, y), kind)
-            compute = plan[0]
-            if xn.dtype is not compute:
+            key = (id(kind), xd, not xn.shape, yc, None if xd in _FLOATS else _default_dtype())
+            compute, result = _plans.get(key) or _plan(key, (x, y), kind)
+            if xd is not compute:
                 xn = g.cast(xn, compute)
-            return xn, g.const(y, compute, xn.shape), plan[1], device
+            return xn, g.const(y, compute, xn.shape), result, x._storage.device
         return None
-    if yc is ZyxTensor and (xc is float or xc is int or xc is bool):
-        yn = read(y)
-        key = (id(kind), _default_dtype(), xc, yn.dtype, not yn.shape)
-        plan = _plans.get(key) or _plan(key, (x, y), kind)
-        compute = plan[0]
-        if yn.dtype is not compute:
-            yn = g.cast(yn, compute)
-        return g.const(x, compute, yn.shape), yn, plan[1], y._storage.device
+    if yc is ZyxTensor:
+        xc = x.__class__
+        if xc is float or xc is int or xc is bool:
+            yn = _node_of(y)
+            yd = yn.dtype
+            key = (id(kind), xc, yd, not yn.shape, None if yd in _FLOATS else _default_dtype())
+            compute, result = _plans.get(key) or _plan(key, (x, y), kind)
+            if yd is not compute:
+                yn = g.cast(yn, compute)
+            return g.const(x, compute, yn.shape), yn, result, y._storage.device
     return None
 
 
