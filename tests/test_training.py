@@ -148,6 +148,38 @@ def test_steady_state_training_loop(counters):
     assert max(memory[100:]) <= max(memory[2:100])
 
 
+
+@pytest.mark.parametrize("name", ["sgd_momentum", "adamw_foreach", "adamw_single"])
+def test_lr_scheduler_reuses_kernels(name, counters):
+    """A learning rate that changes every step is a scalar parameter, not part of the schedule
+    key: from the third step on, nothing is kernelized or compiled; losses still match CPU."""
+    torch.manual_seed(0)
+    model = _mlp()
+    data = torch.randn(4, 8), torch.randn(4, 4)
+    losses, misses = {}, []
+    for device in ("zyx", "cpu"):
+        m = copy.deepcopy(model).to(device)
+        opt = OPTIMIZERS[name](m.parameters())
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+        x, y = (t.to(device) for t in data)
+        losses[device] = []
+        for _ in range(8):
+            before = counters()
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(m(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            losses[device].append(loss.item())
+            if device == "zyx":
+                torch.zyx.synchronize()
+                after = counters()
+                misses.append((after["schedule_cache_misses"] - before["schedule_cache_misses"],
+                               after["kernels_compiled"] - before["kernels_compiled"]))
+    assert misses[2:] == [(0, 0)] * 6
+    torch.testing.assert_close(torch.tensor(losses["zyx"]), torch.tensor(losses["cpu"]), rtol=1e-4, atol=1e-6)
+
+
 # ------------------------------------------------------------------ conv, pooling, batch norm
 
 F = nn.functional

@@ -59,3 +59,19 @@ def python_value(dtype: DType, value):
     if dtype.kind == "i" and value >= 1 << (bits - 1):
         value -= 1 << bits
     return value
+
+
+
+def pack_scalars(dtype: DType, values: list[float]) -> bytes:
+    """``values`` as the bytes of an array of the floating ``dtype``, rounded to nearest even
+    (out-of-range values become infinities, as a cast does)."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        if dtype.name != "bfloat16":
+            return np.asarray(values, dtype=np.dtype(dtype.name)).tobytes()
+        single = np.asarray(values, dtype=np.float32)
+    bits = single.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    rounded[np.isnan(single)] = 0x7FC0
+    return rounded.tobytes()

@@ -9,6 +9,7 @@ per root. Nothing here knows about torch.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import time
@@ -18,6 +19,7 @@ from .codegen import opencl as opencl_renderer
 from .codegen.lower import LoweringOptions, lower
 from .config import CONFIG, DEBUG_DEVICES, DEBUG_LAUNCHES, DEBUG_PERF, DEBUG_SCHEDULE, DEBUG_SOURCE
 from .counters import bump
+from .dtypes import pack_scalars
 from .lazy import graph as g
 from .lazy.graph import Node
 from .lazy.kernelize import GraphSignature, Schedule, kernelize
@@ -130,7 +132,12 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
     for k_index, kernel in enumerate(schedule.kernels):
         dtypes_ = []
         for kind, ref in kernel.slots:
-            dtypes_.append(sig.buffers[ref].dtype if kind == "in" else schedule.temps[ref][0])
+            if kind == "in":
+                dtypes_.append(sig.buffers[ref].dtype)
+            elif kind == "scalars":
+                dtypes_.append(sig.scalar_dtypes[ref])
+            else:
+                dtypes_.append(schedule.temps[ref][0])
         if CONFIG.debug & DEBUG_SCHEDULE:
             print(f"zyx schedule kernel {k_index}: shape {kernel.shape}, slots {kernel.slots}, "
                   f"stores {[s.target for s in kernel.stores]}")
@@ -163,6 +170,18 @@ def _ast_text(node: Node, depth: int = 0) -> str:
     return f"{node.op}[{node.arg}]({inner})" if node.arg is not None else f"{node.op}({inner})"
 
 
+def _scalar_buffer(device: DeviceContext, dtype, values: list[float]) -> Buffer:
+    """A device buffer holding one realization's scalar parameters of ``dtype``."""
+    data = pack_scalars(dtype, values)
+    buffer = Buffer(device, dtype, len(values))
+    wait = device.events.take([buffer.id])
+    # The pool keeps ``host`` alive until an asynchronous copy (OpenCL) has read it.
+    host = ctypes.create_string_buffer(data, len(data))
+    event = device.pool.host_to_pool(ctypes.addressof(host), len(data), host, buffer.raw, wait)
+    device.events.record([buffer.id], event)
+    return buffer
+
+
 def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
     """Buffers holding the values of ``roots`` (flat nodes), computing what is needed."""
     if all(r.op == "BUFFER" for r in roots):
@@ -184,9 +203,12 @@ def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
     for t_index, (dtype, numel) in enumerate(schedule.temps):
         temps[t_index] = Buffer(device, dtype, numel)
         bump("bytes_allocated", temps[t_index].nbytes)
+    scalars = [_scalar_buffer(device, dtype, values)
+               for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values)]
+    sources = {"in": sig.buffers, "tmp": temps, "scalars": scalars}
     perf = CONFIG.debug & DEBUG_PERF
     for k_index, (kernel, program) in enumerate(zip(schedule.kernels, plan.programs)):
-        buffers = [sig.buffers[ref] if kind == "in" else temps[ref] for kind, ref in kernel.slots]
+        buffers = [sources[kind][ref] for kind, ref in kernel.slots]
         params = [sig.random_args[p] for p in kernel.params]
         ids = [b.id for b in buffers]
         wait = device.events.take(ids)

@@ -4,6 +4,10 @@ Stage 3 of the flow. It decides where values are stored (kernel boundaries) and 
 kernel's AST: a small graph of the same ``Node`` type whose leaves are ``LOAD`` (a kernel
 buffer slot) and ``RANDOM`` (seed/offset taken from kernel parameters). ASTs never mention
 real buffers, so the same graph shape gives the same kernels, which the schedule cache reuses.
+Float constants other than a few structural values (0, ±1, 2, 0.5, ±inf, nan) are scalar
+parameters too: the signature keys them by position and kernels load them from a small
+per-realization buffer, so a learning rate that changes every step (LR schedulers, SGD's
+``alpha=-lr``) reuses the same schedule and programs instead of compiling new ones.
 
 Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/000
 ``duplicate_or_store``/``add_store``):
@@ -47,6 +51,18 @@ _ROW_FUSE_MIN_ROWS = 16
 _ROW_FUSE_SMALL = 1 << 15
 
 
+# Float constants kept in the code (structural values that lowering and LLVM fold): others are
+# scalar parameters, loaded at run time.
+_INLINE_FLOATS = frozenset((0.0, 1.0, -1.0, 2.0, 0.5))
+
+
+def is_scalar_param(node: Node) -> bool:
+    """Whether the ``CONST`` node ``node`` is a run-time scalar (see the module docstring)."""
+    value = node.arg
+    return (node.dtype.kind == "f" and value not in _INLINE_FLOATS
+            and not math.isinf(value) and not math.isnan(value))
+
+
 @dataclass
 class KernelStore:
     target: int  # temp index written
@@ -57,7 +73,8 @@ class KernelStore:
 @dataclass
 class ScheduledKernel:
     stores: list[KernelStore]
-    slots: list[tuple[str, int]]  # ("in", i) input buffer i, ("tmp", j) temp j
+    # ("in", i) input buffer i, ("tmp", j) temp j, ("scalars", k) the graph's k-th scalar group
+    slots: list[tuple[str, int]]
     params: list[int]  # indices into the graph's random parameters
     depends: set[int] = field(default_factory=set)  # indices of earlier kernels
     # 0: no reduce outside other reduces; k > 0: its reduces are row reduces over axes >= k
@@ -85,12 +102,17 @@ def is_trivial_reshape(node: Node) -> bool:
 
 
 class GraphSignature:
-    """The structure of a graph with buffers and random seeds abstracted to positions."""
+    """The structure of a graph with buffers, random seeds and scalar parameters abstracted to
+    positions. Scalars are grouped by dtype: ``scalar_dtypes[k]`` and ``scalar_values[k]`` are
+    the dtype and values of group k, ``scalar_slot`` maps a ``CONST`` node to (group, index)."""
 
     def __init__(self, roots: list[Node]):
         self.order = g.toposort(roots)
         self.buffers: list = []
         self.random_args: list[int] = []
+        self.scalar_dtypes: list = []
+        self.scalar_values: list[list[float]] = []
+        self.scalar_slot: dict[int, tuple[int, int]] = {}
         buffer_pos: dict[int, int] = {}
         node_pos: dict[int, int] = {}
         items = []
@@ -106,6 +128,16 @@ class GraphSignature:
             elif node.op == "RANDOM":
                 arg = len(self.random_args)
                 self.random_args.extend(node.arg)
+            elif node.op == "CONST" and is_scalar_param(node):
+                if node.dtype in self.scalar_dtypes:
+                    group = self.scalar_dtypes.index(node.dtype)
+                else:
+                    group = len(self.scalar_dtypes)
+                    self.scalar_dtypes.append(node.dtype)
+                    self.scalar_values.append([])
+                self.scalar_slot[id(node)] = (group, len(self.scalar_values[group]))
+                self.scalar_values[group].append(node.arg)
+                arg = ("scalar", group)
             else:
                 arg = node._key[1]
             items.append((node.op, arg, tuple(node_pos[id(s)] for s in node.srcs), node.dtype, node.shape))
@@ -287,6 +319,14 @@ class Kernelizer:
 
     # ------------------------------------------------------------------ build kernels
 
+    def _scalar_load(self, node: Node, slot) -> Node:
+        """The scalar parameter ``node`` read from its group's buffer, broadcast to its shape."""
+        group, index = self.sig.scalar_slot[id(node)]
+        count = len(self.sig.scalar_values[group])
+        load = Node("LOAD", slot(("scalars", group)), (), node.dtype, (count,))
+        one = g.reshape(g.shrink(load, ((index, index + 1),)), (1,) * len(node.shape))
+        return g.expand(one, node.shape)
+
     def build(self) -> Schedule:
         self.decide_stores()
         self.final_summaries()
@@ -325,6 +365,8 @@ class Kernelizer:
                 elif id(node) in self.stored and not top:
                     load = Node("LOAD", slot(("tmp", temp_of[id(node)])), (), node.dtype, (node.numel,))
                     out = g.reshape(load, node.shape)
+                elif node.op == "CONST" and id(node) in self.sig.scalar_slot:
+                    out = self._scalar_load(node, slot)
                 elif node.op == "RANDOM":
                     pos = len(params)
                     params.extend((random_pos[id(node)], random_pos[id(node)] + 1))
