@@ -34,8 +34,8 @@ _UPCAST_INNER = PANEL_COLS
 _UPCAST_OUTER = PANEL_ROWS
 # Elementwise kernels whose last axis is at least this long loop over rows, then columns.
 _ROW_LOOP_MIN = 64
-# A load stride (elements) from which each step reads another page-sized stretch of memory.
-_FAR_STRIDE = 256
+# Cache line bytes: copies read whole lines of their source (``line_tile``).
+_LINE_BYTES = 64
 # Elementwise loop nests: leading axes join the outer (threaded) loop up to this many iterations.
 _MIN_OUTER = 16
 
@@ -558,8 +558,7 @@ class Lowerer:
             # Row reduces run once per row, each one pass over it (not nested products): the
             # work per output is about one step per reduce, plus the store.
             inner_work = 1 + sum(1 for n in g.toposort(values) if n.op == "REDUCE")
-        order = self.load_order(shape) if not reduces and opts.row_loops else None
-        runs = self.axis_runs(shape) if not reduces and opts.row_loops and not order else None
+        layout = self.axis_runs(shape) if not reduces and opts.row_loops else None
         if group_size > 1:
             global_size = self.lower_grouped(shape, group_size)
         elif split and not opts.row_loops and opts.group_size > 1:
@@ -567,10 +566,8 @@ class Lowerer:
             global_size = self.lower_grouped_rows(shape, split, group_size)
         elif split:
             global_size = self.lower_rows(shape, split)
-        elif order:
-            global_size = self.lower_in_order(shape, order)
-        elif runs is not None and len(runs) >= 2:
-            global_size = self.lower_runs(shape, runs)
+        elif layout is not None and len(layout[0]) >= 2:  # two runs or more
+            global_size = self.lower_runs(shape, *layout)
         elif not reduces and opts.row_loops and len(shape) >= 2 and shape[-1] >= _ROW_LOOP_MIN \
                 and numel > shape[-1]:
             global_size = self.lower_rows(shape, len(shape) - 1)
@@ -756,57 +753,20 @@ class Lowerer:
         output along ``axis`` (stride 0 there: a matmul's B seen from its rows)."""
         return any(in_reduce and _stride(expr, axis) == 0 for expr, in_reduce in self.load_indices(shape))
 
-    def load_order(self, shape: tuple[int, ...]) -> list[int] | None:
-        """The loop order of an elementwise kernel when walking its output in order would read
-        a few elements at a time a long way apart (a matmul operand packed into panels from a
-        transposed view: 16 bytes per 8 KB row): the order of that load's strides, so it reads
-        memory front to back and the stores scatter instead (whole cache lines, a few hundred
-        pages: cheaper than waiting on a read miss per row). None: the output's order."""
-        axes = [a for a, s in enumerate(shape) if s > 1]
-        if len(axes) < 2 or 0 in shape:
-            return None
-        inner, outer = axes[-1], axes[-2]
-        loads = [{a: _stride(expr, a) for a in axes} for expr, _in_reduce in self.load_indices(shape)]
-        for strides in loads:
-            if strides[inner] == 1 and shape[inner] < _ROW_LOOP_MIN and abs(strides[outer]) >= _FAR_STRIDE:
-                # Broadcast axes (stride 0) outermost, then by decreasing stride (stable: ties
-                # keep the output's order).
-                order = sorted(axes, key=lambda a: (strides[a] != 0, -abs(strides[a])))
-                # Not when another load would then walk memory badly (two packs of one value
-                # in different layouts merged into one kernel).
-                if all(other[order[-1]] in (0, 1) for other in loads):
-                    return order
-        return None
-
-    def lower_in_order(self, shape: tuple[int, ...], order: list[int]) -> int:
-        """Elementwise kernel as nested loops over the output axes in ``order`` (the first one
-        split across threads)."""
-        dims: list[Expr] = [sym.Num(0)] * len(shape)
-        ranges = []
-        for n, axis in enumerate(order):
-            var = self.new_var(shape[axis])
-            if n == 0:
-                ranges.append(self.open_range(var, "start", "end"))
-            else:
-                ranges.append(self.open_range(var, 0, shape[axis]))
-            dims[axis] = var
-        self.emit_stores([Index(shape, tuple(dims))])
-        for rng in reversed(ranges):
-            self.close_range(rng)
-        return shape[order[0]]
-
-    def axis_runs(self, shape: tuple[int, ...]) -> list[list[int]] | None:
+    def axis_runs(self, shape: tuple[int, ...]) -> tuple[list[list[int]], list[dict]] | None:
         """The output axes (size > 1) of an elementwise kernel in runs that every load and store
-        walks as one flat range (each axis's stride is the next one's times its size), when every
-        load index is affine in the output axes; None otherwise (or for an empty output)."""
+        walks as one flat range (each axis's stride is the next one's times its size), and each
+        load's stride per axis, when every load index is affine in the output axes; None
+        otherwise (or for an empty output)."""
         axes = [a for a, s in enumerate(shape) if s > 1]
         if len(axes) < 2 or 0 in shape:
             return None
-        layouts = []
+        loads = []
         for expr, _in_reduce in self.load_indices(shape):
             if not _affine(expr):
                 return None
-            layouts.append({a: _stride(expr, a) for a in axes})
+            loads.append({a: _stride(expr, a) for a in axes})
+        layouts = list(loads)
         for store in self.kernel.stores:
             strides = store.view[1] if store.view is not None else g.contiguous_strides(shape)
             layouts.append({a: strides[a] for a in axes})
@@ -817,9 +777,9 @@ class Lowerer:
                 runs[-1].append(axis)
             else:
                 runs.append([axis])
-        return runs
+        return runs, loads
 
-    def lower_runs(self, shape: tuple[int, ...], runs: list[list[int]]) -> int:
+    def lower_runs(self, shape: tuple[int, ...], runs: list[list[int]], loads: list[dict]) -> int:
         """Elementwise kernel as one loop per run of axes (``axis_runs``), in the output's order,
         the outermost split across threads. Each loop steps every index by a constant: a flat
         loop would divide its index back into axes for every element (a permuting copy, such as
@@ -830,18 +790,49 @@ class Lowerer:
         rest = list(runs[1:])
         while len(rest) > 1 and math.prod(shape[a] for a in outer) < _MIN_OUTER:
             outer += rest.pop(0)
-        dims: list[Expr] = [sym.Num(0)] * len(shape)
+        nest = [outer, *rest]
+        extents = [math.prod(shape[a] for a in run) for run in nest]
+        # (run, loop extent, step of the run's flat index per iteration), outermost first.
+        plan = [(n, extent, 1) for n, extent in enumerate(extents)]
+        tile = self.line_tile(shape, nest, loads)
+        if tile is not None:
+            n, block = tile
+            plan[n] = (n, extents[n] // block, block)
+            plan.insert(len(plan) - 1, (n, block, 1))
+        flat: list[Expr] = [sym.Num(0)] * len(nest)
         ranges = []
-        for n, run in enumerate([outer, *rest]):
-            extent = math.prod(shape[a] for a in run)
+        for i, (n, extent, step) in enumerate(plan):
             var = self.new_var(extent)
-            ranges.append(self.open_range(var, "start", "end") if n == 0 else self.open_range(var, 0, extent))
-            for axis, d in zip(run, Index(tuple(shape[a] for a in run), linear=var).dims):
+            ranges.append(self.open_range(var, "start", "end") if i == 0 else self.open_range(var, 0, extent))
+            flat[n] = sym.add(flat[n], sym.mul(var, step))
+        dims: list[Expr] = [sym.Num(0)] * len(shape)
+        for run, index in zip(nest, flat):
+            for axis, d in zip(run, Index(tuple(shape[a] for a in run), linear=index).dims):
                 dims[axis] = d
         self.emit_stores([Index(shape, tuple(dims))])
         for rng in reversed(ranges):
             self.close_range(rng)
-        return math.prod(shape[a] for a in outer)
+        return plan[0][1]
+
+    def line_tile(self, shape: tuple[int, ...], nest: list[list[int]], loads: list[dict]) -> tuple | None:
+        """(run, block) when the innermost loop reads less than a cache line of each source and
+        an outer run continues those lines (a matmul operand packed into 4-wide panels reads 16
+        bytes of a row per panel): that run is split and ``block`` of its steps move just outside
+        the innermost loop, so each source line is read whole, once, while the stores go to
+        ``block`` sequential streams. None: no such run."""
+        itemsize = self.kernel.stores[0].value.dtype.itemsize
+        last = nest[-1][-1]
+        run_elems = math.prod(shape[a] for a in nest[-1])
+        if len(nest) < 3 or not loads or run_elems * itemsize >= _LINE_BYTES:
+            return None
+        if any(st[last] != 1 for st in loads):
+            return None
+        for n, run in enumerate(nest[:-2]):
+            if all(st[run[-1]] == run_elems for st in loads):
+                block = math.gcd(_LINE_BYTES // (run_elems * itemsize), math.prod(shape[a] for a in run))
+                if block >= 2:
+                    return n, block
+        return None
 
     def load_indices(self, shape: tuple[int, ...]) -> list[tuple[Expr, bool]]:
         """The flat index of every load of the kernel (output axis ``a`` as variable ``q{a}``,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -27,6 +28,8 @@ log = logging.getLogger("torch_zyx")
 _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 # Below this many scalar operations a launch runs on the calling thread: waking the pool costs more.
 _SERIAL_WORK = 1 << 15
+# Outer iterations are split into this many chunks per thread.
+_CHUNKS_PER_THREAD = 4
 
 
 class CPUProgram:
@@ -45,17 +48,28 @@ class CPUProgram:
             wait_all(wait_events)
             self._fn(pointers, param_array, 0, global_size)
             return completed()
-        chunks = min(threads, global_size)
+        # More chunks than threads, taken in turn: on a machine shared with other work a thread
+        # that loses its core leaves its chunks to the others instead of holding up the launch.
+        chunks = min(threads * _CHUNKS_PER_THREAD, global_size)
         bounds = [global_size * c // chunks for c in range(chunks + 1)]
+        workers = min(threads, chunks)
         event = Event(keepalive=(pointers, param_array, buffers))
-        remaining = [chunks]
+        taken = itertools.count()
+        remaining = [workers]
         lock = threading.Lock()
 
-        def run_chunk(start: int, end: int) -> None:
+        def take() -> int:
+            with lock:
+                return next(taken)
+
+        def run_chunks() -> None:
             error = None
             try:
                 wait_all(wait_events)
-                self._fn(pointers, param_array, start, end)
+                c = take()
+                while c < chunks:
+                    self._fn(pointers, param_array, bounds[c], bounds[c + 1])
+                    c = take()
             except BaseException as exc:  # noqa: BLE001  (any failure is surfaced through the event)
                 error = exc
             with lock:
@@ -64,8 +78,8 @@ class CPUProgram:
             if last or error is not None:
                 event.set(error)
 
-        for c in range(chunks):
-            self.device.executor.submit(run_chunk, bounds[c], bounds[c + 1])
+        for _ in range(workers):
+            self.device.executor.submit(run_chunks)
         return event
 
 
