@@ -17,11 +17,15 @@ MEMORY_TYPE = {"float16": "half", "bfloat16": "ushort", "float32": "float", "flo
 REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="bool")
 
 # bfloat16 → float is exact; float → bfloat16 rounds to nearest even and keeps NaN quiet.
-_BF16_HELPER = """inline ushort zyx_f2bf(float f) {
+# Guarded: the OpenCL runtime builds many kernels' sources as one program.
+_BF16_HELPER = """#ifndef ZYX_F2BF
+#define ZYX_F2BF
+inline ushort zyx_f2bf(float f) {
   uint u = as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
   return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}"""
+}
+#endif"""
 
 OPENCL = Language(
     name="opencl",
