@@ -11,11 +11,13 @@ Devices with work groups (``LoweringOptions.group_size``) get grouped reduces fo
 reductions with few outputs: one work group per output, each item accumulates a strided part
 of the reduced range (neighbouring items read neighbouring elements), then a tree reduction in
 group-shared memory with barriers; every item reads the result, one item stores.
+
+This module holds the emission of values and reduces and the choice of kernel structure;
+row kernels live in ``lower_rows``, loop order and tiling by memory layout in ``lower_loops``.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -23,21 +25,16 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..lazy.kernelize import ScheduledKernel
-from ..lazy.panels import PANEL_COLS, PANEL_ROWS
 from . import symbolic as sym
+from .index import Index
 from .ir import Instr, LoopKernel
+from .lower_loops import LoopNestLowering
+from .lower_rows import RowLowering
 from .symbolic import Expr
 
 _REDUCE_INIT = {"sum": 0, "prod": 1}
-# The register tile of matmul-shaped reduces; large matmuls read operands packed to match it.
-_UPCAST_INNER = PANEL_COLS
-_UPCAST_OUTER = PANEL_ROWS
 # Elementwise kernels whose last axis is at least this long loop over rows, then columns.
 _ROW_LOOP_MIN = 64
-# Cache line bytes: copies read whole lines of their source (``line_tile``).
-_LINE_BYTES = 64
-# Elementwise loop nests: leading axes join the outer (threaded) loop up to this many iterations.
-_MIN_OUTER = 16
 
 
 @dataclass(frozen=True)
@@ -52,35 +49,6 @@ class LoweringOptions:
     # Elementwise kernels with long rows loop over columns inside one item: good for CPU
     # loops, but GPU work items side by side would then read memory a row apart.
     row_loops: bool = True
-
-
-class Index:
-    """Where one lane of a node is read: per-axis index expressions and/or the flat index."""
-
-    __slots__ = ("_dims", "_linear", "shape", "valid")
-
-    def __init__(self, shape, dims=None, linear=None, valid: Expr = sym.TRUE):
-        self.shape, self._dims, self._linear, self.valid = tuple(shape), dims, linear, valid
-
-    @property
-    def dims(self) -> tuple[Expr, ...]:
-        if self._dims is None:
-            strides = g.contiguous_strides(self.shape)
-            self._dims = tuple(sym.mod(sym.div(self._linear, st), sz) if sz > 1 else sym.Num(0)
-                               for st, sz in zip(strides, self.shape))
-        return self._dims
-
-    @property
-    def linear(self) -> Expr:
-        if self._linear is None:
-            total: Expr = sym.Num(0)
-            for d, st in zip(self.dims, g.contiguous_strides(self.shape)):
-                total = sym.add(total, sym.mul(d, st))
-            self._linear = total
-        return self._linear
-
-    def key(self) -> tuple:
-        return (tuple(d.key for d in self.dims), self.valid.key)
 
 
 def _reduce_init(op: str, dtype) -> object:
@@ -115,7 +83,7 @@ def _reduce_size(node: Node, seen: set) -> int:
     return inner
 
 
-class Lowerer:
+class Lowerer(RowLowering, LoopNestLowering):
     def __init__(self, kernel: ScheduledKernel, name: str, buffer_dtypes: list,
                  options: LoweringOptions | None = None):
         self.kernel = kernel
@@ -375,18 +343,6 @@ class Lowerer:
         return [[self.add("ACC_GET", node.dtype, (acc,), pure=False) for acc in cells]
                 for (node, _lanes), cells in zip(members, accs)]
 
-    def stash_row(self, stash: tuple, axes: tuple[int, ...], vars_: list, src_lane: Index, value: int) -> None:
-        """Inside a row reduce's loop: store its source value into the row's output (``row_stash``)."""
-        source, slot, lane = stash
-        dims = list(lane.dims)
-        for axis, var in zip(axes, vars_):
-            dims[axis] = var
-        # Only where this loop walks the kernel's own row (the store loop reads it back).
-        if Index(source.shape, tuple(dims), valid=lane.valid).key() == src_lane.key():
-            buf = self.add("BUF", source.dtype, (), slot)
-            self.add("STORE", None, (buf, self.index(src_lane.linear), value), pure=False)
-            self.stashed.append((source, slot))
-
     def emit_group_reduce(self, node: Node, lane: Index) -> int:
         """The reduce of one output by the whole work group (see the module docstring)."""
         rop, axes = node.arg
@@ -436,90 +392,6 @@ class Lowerer:
             self.add("BARRIER", None, (), pure=False)
             half //= 2
         return self.add("LOAD", dtype, (shared, self.index(sym.Num(0))), pure=False)
-
-    def hoist(self, node: Node, idx: Index, inner: frozenset, seen: dict, emit: bool = True,
-              pending: list | None = None) -> bool:
-        """Emit, here (before the loops over the variables named in ``inner`` open), every
-        reduce under ``node`` whose index does not use those variables, innermost first; the
-        reduce memo then finds them inside the loops. Returns whether every reduce reached
-        outside other reduces is such a reduce (``emit`` False: only that answer)."""
-        key = (id(node), idx.key())
-        if key in seen:
-            return seen[key]
-        op = node.op
-        ok = True
-        if op == "REDUCE":
-            src = node.srcs[0]
-            dims = list(idx.dims)
-            names = set(inner)
-            for axis in node.arg[1]:
-                # A stand-in for the reduce's own loop variable: reduces under this one that
-                # use it stay inside its loop.
-                self.stand_ins += 1
-                var = sym.Var(f"h{self.stand_ins}", 0, src.shape[axis] - 1)
-                dims[axis] = var
-                names.add(var.name)
-            self.hoist(src, Index(src.shape, tuple(dims), valid=idx.valid), frozenset(names), seen, emit,
-                       pending)
-            ok = not _uses_vars(idx.key(), inner)
-            if ok and emit:
-                if pending is None:
-                    self.emit(node, [idx])
-                else:
-                    pending.append((node, idx))
-        elif op in g.MOVEMENT:
-            ok = self.hoist(node.srcs[0], self.move(node, idx), inner, seen, emit, pending)
-        elif op not in ("LOAD", "CONST", "IOTA", "RANDOM"):
-            results = [self.hoist(s, idx, inner, seen, emit, pending) for s in node.srcs]
-            ok = all(results)
-        seen[key] = ok
-        return ok
-
-    def emit_sibling_reduces(self, pending: list[tuple[Node, Index]]) -> None:
-        """Emit hoisted reduces (in dependency order), each run of neighbours over ranges of the
-        same extents that do not use one another in one loop (layer norm's sum and sum of
-        squares: one pass over the row instead of two)."""
-        batches: list[list[tuple[Node, Index]]] = []
-        for node, idx in pending:
-            last = batches[-1] if batches else None
-            if last is not None and not self.group and _extents(node) == _extents(last[0][0]) \
-                    and not _depends_on(node, {id(member) for member, _idx in last}):
-                last.append((node, idx))
-            else:
-                batches.append([(node, idx)])
-        for batch in batches:
-            keys = [("node", id(node), idx.key()) for node, idx in batch]
-            todo = [(node, idx) for (node, idx), key in zip(batch, keys) if not self.memoized(key)]
-            if len(todo) <= 1:
-                for node, idx in todo:
-                    self.emit(node, [idx])
-                continue
-            self.reduce_depth += 1
-            values = self.emit_loop_reduces([(node, [idx]) for node, idx in todo])
-            self.reduce_depth -= 1
-            for (node, idx), (value,) in zip(todo, values):
-                self.scopes[-1][("node", id(node), idx.key())] = value
-
-    def memoized(self, key: tuple) -> bool:
-        return any(key in scope for scope in self.scopes)
-
-    def row_split(self, shape: tuple[int, ...]) -> int:
-        """For a kernel with reduces: the fewest leading output axes ``k`` such that every
-        reduce reached outside other reduces depends on axes ``< k`` only (the kernelizer fuses
-        row reductions so: softmax, layer norm), with elements left for the inner loops; 0 if
-        none (each output computes its own reduces: matmul-shaped kernels)."""
-        outer = [sym.Var(f"o{a}", 0, max(s - 1, 0)) for a, s in enumerate(shape)]
-        for k in range(1, len(shape)):
-            if math.prod(shape[k:]) <= 1 or 0 in shape:
-                break
-            inner = [sym.Var(f"i{a}", 0, shape[a] - 1) for a in range(k, len(shape))]
-            names = frozenset(v.name for v in inner)
-            idx = Index(shape, tuple(outer[:k]) + tuple(inner))
-            seen: dict = {}
-            results = [self.hoist(store.value, idx, names, seen, emit=False) for store in self.kernel.stores]
-            if all(results):
-                return k
-        return 0
 
     def emit_random(self, node: Node, idx: Index) -> int:
         """Counter-based uniform [0, 1): splitmix64(seed ^ (offset + flat index))."""
@@ -598,273 +470,6 @@ class Lowerer:
         self.close_range(rng)
         return numel
 
-    def lower_rows(self, shape: tuple[int, ...], split: int) -> int:
-        """The kernel as rows (axes before ``split``, split across threads) × inner loops over
-        the other axes. Values broadcast along a row (softmax's max, a bias) are
-        loop-invariant in the inner loops instead of a division per element; reduces over a
-        row (softmax, layer norm) run once per row before the inner loops, each a loop over
-        the row of its own, like ATen's row kernels (the row stays in cache between them)."""
-        rows = math.prod(shape[:split])
-        row = sym.Var("grow", 0, max(rows - 1, 0))
-        outer = self.open_range(row, "start", "end")
-        inner_vars = [self.new_var(s) if s > 1 else None for s in shape[split:]]
-        dims = Index(shape[:split], linear=row).dims + tuple(v if v is not None else sym.Num(0)
-                                                            for v in inner_vars)
-        width = math.prod(shape[split:])
-        linear: Expr = sym.mul(row, width)
-        for d, st in zip(dims[split:], g.contiguous_strides(shape[split:])):
-            linear = sym.add(linear, sym.mul(d, st))
-        lane = Index(shape, dims, linear=linear)
-        names = frozenset(v.name for v in inner_vars if v is not None)
-        self.stash = self.row_stash(shape, split, lane)
-        seen: dict = {}
-        pending: list = []
-        for store in self.kernel.stores:
-            self.hoist(store.value, lane, names, seen, pending=pending)
-        self.emit_sibling_reduces(pending)
-        self.row_flops, self.flops = self.flops, 0
-        ranges = [self.open_range(v, 0, v.vmax + 1) for v in inner_vars if v is not None]
-        for source, slot in self.stashed:
-            buf = self.add("BUF", source.dtype, (), slot)
-            loaded = self.add("LOAD", source.dtype, (buf, self.index(lane.linear)))
-            self.scopes[-1][("node", id(source), lane.key())] = loaded
-        self.emit_stores([lane])
-        for rng in reversed(ranges):
-            self.close_range(rng)
-        self.close_range(outer)
-        return 0 if 0 in shape else rows
-
-    def lower_grouped_rows(self, shape: tuple[int, ...], split: int, group: int) -> int:
-        """``lower_rows`` for devices with work groups and no row loops (GPUs): one work group
-        per row. Its row reduces are group reduces (neighbouring items read neighbouring
-        elements); then item ``lid`` computes and stores elements lid, lid + group, ..."""
-        rows = math.prod(shape[:split])
-        width = math.prod(shape[split:])
-        self.group = group
-        row = sym.Var("gidx", 0, max(rows - 1, 0))
-        outer = self.open_range(row, "start", "end")
-        self.lid = sym.Var("lid", 0, group - 1)
-        self.add("SPECIAL", dtypes.int64, (), (self.lid.name, "lid"), pure=False)
-        steps = -(-width // group)
-        step = self.new_var(steps)
-        flat = sym.add(sym.mul(step, group), self.lid)
-        cols = Index(shape[split:], linear=flat).dims
-        lane = Index(shape, Index(shape[:split], linear=row).dims + cols,
-                     linear=sym.add(sym.mul(row, width), flat))
-        # The row reduces first, each by the whole group (at top level: every item reaches
-        # their barriers).
-        seen: dict = {}
-        for store in self.kernel.stores:
-            self.hoist(store.value, lane, frozenset((step.name, self.lid.name)), seen)
-        rng = self.open_range(step, 0, steps)
-        tail = self.open_if(sym.lt(flat, width)) if width % group else None
-        self.items_store = True
-        self.reduce_depth += 1  # anything left to reduce here is a plain loop (no barriers)
-        self.emit_stores([lane])
-        self.reduce_depth -= 1
-        if tail is not None:
-            self.close_if(tail)
-        self.close_range(rng)
-        self.close_range(outer)
-        return 0 if 0 in shape else rows
-
-    def row_stash(self, shape: tuple[int, ...], split: int, lane: Index) -> dict[int, tuple]:
-        """A row reduce over a costly value that the store also uses at its own index
-        (softmax's sum of exp(x - max), then exp(x - max) / sum) writes that value into the
-        row's output as it goes; the store loop reads it back instead of computing it again
-        (as ATen's softmax does). The row is still in cache, and each output element is read
-        before it is overwritten."""
-        axes = tuple(range(split, len(shape)))
-        for store in self.kernel.stores:
-            if store.view is not None:
-                continue
-            at_lane: set[int] = set()  # values the store reads at its own index
-            stack = [store.value]
-            while stack:
-                node = stack.pop()
-                if id(node) not in at_lane:
-                    at_lane.add(id(node))
-                    if node.op in g.ELEMENTWISE:
-                        stack.extend(node.srcs)
-            for node in g.toposort([store.value]):
-                src = node.srcs[0] if node.op == "REDUCE" else None
-                if (src is not None and id(src) in at_lane and node.arg[1] == axes and src.shape == shape
-                        and src.dtype == store.value.dtype and _costly(src)):
-                    slot = self.kernel.slots.index(("tmp", store.target))
-                    return {id(node): (src, slot, lane)}
-        return {}
-
-    def lower_reduce_kernel(self, shape: tuple[int, ...]) -> int:
-        axes = [i for i, s in enumerate(shape) if s > 1]
-        factors = {a: 1 for a in axes}
-        # Neighbouring outputs along the last axis become lanes (one vector) only where the
-        # reduce reads them from neighbouring elements: a matmul's B, a sum over rows (a bias
-        # gradient). Reduces that read along their own loop (a sum over each row) keep one
-        # output per iteration and let LLVM vectorize the reduce loop instead.
-        if axes and shape[axes[-1]] % _UPCAST_INNER == 0 and self.reads_along(shape, axes[-1]):
-            factors[axes[-1]] = _UPCAST_INNER
-            if len(axes) >= 2 and shape[axes[-2]] % _UPCAST_OUTER == 0:
-                factors[axes[-2]] = _UPCAST_OUTER
-        dims_base: dict[int, Expr] = {}
-        ranges = []
-        global_size = 1
-        loop_order = list(axes)
-        self.plain_loops = any(f > 1 for f in factors.values())
-        if len(axes) >= 2 and factors[axes[-1]] > 1:
-            # Matmul-shaped: walk column blocks outermost so one block of the right operand
-            # (K x 16) stays in cache while every row block streams past it.
-            loop_order = [axes[-1]] + axes[:-1]
-        elif len(axes) >= 2 and shape[axes[-1]] > shape[axes[-2]] and self.reused_along(shape, axes[-2]):
-            # One output per iteration (a small-batch x @ W^T: dot products): the wider operand,
-            # read again for every row, is walked once in the outer loop while the narrow one
-            # stays in cache (8 rows x 2048 columns: W streamed once, not 8 times).
-            loop_order = [axes[-1]] + axes[:-1]
-        for n, axis in enumerate(loop_order):
-            steps = shape[axis] // factors[axis]
-            var = self.new_var(steps)
-            if n == 0:
-                ranges.append(self.open_range(var, "start", "end"))
-                global_size = steps
-            else:
-                ranges.append(self.open_range(var, 0, steps))
-            dims_base[axis] = sym.mul(var, factors[axis])
-        lanes = []
-        offsets = [range(factors[a]) for a in axes]
-        for combo in itertools.product(*offsets):
-            dims = [sym.Num(0)] * len(shape)
-            for axis, off in zip(axes, combo):
-                dims[axis] = sym.add(dims_base[axis], sym.Num(off))
-            lanes.append(Index(shape, tuple(dims)))
-        self.lanes = len(lanes)
-        self.emit_stores(lanes)
-        for rng in reversed(ranges):
-            self.close_range(rng)
-        # An empty output launches nothing: the loops above skip size-0 axes (they are not > 1),
-        # so a (0, N) result would otherwise write N elements into its 0-byte buffer.
-        return 0 if 0 in shape else max(global_size, 1)
-
-    def reads_along(self, shape: tuple[int, ...], axis: int) -> bool:
-        """Whether some load inside a reduce of this kernel reads consecutive elements for
-        consecutive outputs along ``axis`` (stride 1, with every other index at 0)."""
-        return any(in_reduce and _stride(expr, axis) == 1 for expr, in_reduce in self.load_indices(shape))
-
-    def reused_along(self, shape: tuple[int, ...], axis: int) -> bool:
-        """Whether some load inside a reduce of this kernel reads the same elements for every
-        output along ``axis`` (stride 0 there: a matmul's B seen from its rows)."""
-        return any(in_reduce and _stride(expr, axis) == 0 for expr, in_reduce in self.load_indices(shape))
-
-    def axis_runs(self, shape: tuple[int, ...]) -> tuple[list[list[int]], list[dict]] | None:
-        """The output axes (size > 1) of an elementwise kernel in runs that every load and store
-        walks as one flat range (each axis's stride is the next one's times its size), and each
-        load's stride per axis, when every load index is affine in the output axes; None
-        otherwise (or for an empty output)."""
-        axes = [a for a, s in enumerate(shape) if s > 1]
-        if len(axes) < 2 or 0 in shape:
-            return None
-        loads = []
-        for expr, _in_reduce in self.load_indices(shape):
-            if not _affine(expr):
-                return None
-            loads.append({a: _stride(expr, a) for a in axes})
-        layouts = list(loads)
-        for store in self.kernel.stores:
-            strides = store.view[1] if store.view is not None else g.contiguous_strides(shape)
-            layouts.append({a: strides[a] for a in axes})
-        runs = [[axes[0]]]
-        for axis in axes[1:]:
-            prev = runs[-1][-1]
-            if all(st[prev] == st[axis] * shape[axis] for st in layouts):
-                runs[-1].append(axis)
-            else:
-                runs.append([axis])
-        return runs, loads
-
-    def lower_runs(self, shape: tuple[int, ...], runs: list[list[int]], loads: list[dict]) -> int:
-        """Elementwise kernel as one loop per run of axes (``axis_runs``), in the output's order,
-        the outermost split across threads. Each loop steps every index by a constant: a flat
-        loop would divide its index back into axes for every element (a permuting copy, such as
-        a matmul operand packed into panels, ran at a tenth of memory speed)."""
-        # Leading runs join the outer loop until it has iterations enough to share out (its
-        # divisions run once per outer iteration).
-        outer = list(runs[0])
-        rest = list(runs[1:])
-        while len(rest) > 1 and math.prod(shape[a] for a in outer) < _MIN_OUTER:
-            outer += rest.pop(0)
-        nest = [outer, *rest]
-        extents = [math.prod(shape[a] for a in run) for run in nest]
-        # (run, loop extent, step of the run's flat index per iteration), outermost first.
-        plan = [(n, extent, 1) for n, extent in enumerate(extents)]
-        tile = self.line_tile(shape, nest, loads)
-        if tile is not None:
-            n, block = tile
-            plan[n] = (n, extents[n] // block, block)
-            plan.insert(len(plan) - 1, (n, block, 1))
-        flat: list[Expr] = [sym.Num(0)] * len(nest)
-        ranges = []
-        for i, (n, extent, step) in enumerate(plan):
-            var = self.new_var(extent)
-            ranges.append(self.open_range(var, "start", "end") if i == 0 else self.open_range(var, 0, extent))
-            flat[n] = sym.add(flat[n], sym.mul(var, step))
-        dims: list[Expr] = [sym.Num(0)] * len(shape)
-        for run, index in zip(nest, flat):
-            for axis, d in zip(run, Index(tuple(shape[a] for a in run), linear=index).dims):
-                dims[axis] = d
-        self.emit_stores([Index(shape, tuple(dims))])
-        for rng in reversed(ranges):
-            self.close_range(rng)
-        return plan[0][1]
-
-    def line_tile(self, shape: tuple[int, ...], nest: list[list[int]], loads: list[dict]) -> tuple | None:
-        """(run, block) when the innermost loop reads less than a cache line of each source and
-        an outer run continues those lines (a matmul operand packed into 4-wide panels reads 16
-        bytes of a row per panel): that run is split and ``block`` of its steps move just outside
-        the innermost loop, so each source line is read whole, once, while the stores go to
-        ``block`` sequential streams. None: no such run."""
-        itemsize = self.kernel.stores[0].value.dtype.itemsize
-        last = nest[-1][-1]
-        run_elems = math.prod(shape[a] for a in nest[-1])
-        if len(nest) < 3 or not loads or run_elems * itemsize >= _LINE_BYTES:
-            return None
-        if any(st[last] != 1 for st in loads):
-            return None
-        for n, run in enumerate(nest[:-2]):
-            if all(st[run[-1]] == run_elems for st in loads):
-                block = math.gcd(_LINE_BYTES // (run_elems * itemsize), math.prod(shape[a] for a in run))
-                if block >= 2:
-                    return n, block
-        return None
-
-    def load_indices(self, shape: tuple[int, ...]) -> list[tuple[Expr, bool]]:
-        """The flat index of every load of the kernel (output axis ``a`` as variable ``q{a}``,
-        reduce axes as other variables), and whether it is read inside a reduce."""
-        out_vars = [sym.Var(f"q{a}", 0, max(s - 1, 0)) for a, s in enumerate(shape)]
-        found: list[tuple[Expr, bool]] = []
-        seen: set = set()
-
-        def walk(node: Node, idx: Index, in_reduce: bool) -> None:
-            key = (id(node), idx.key(), in_reduce)
-            if key in seen:
-                return
-            seen.add(key)
-            if node.op == "LOAD":
-                found.append((idx.linear, in_reduce))
-            elif node.op == "REDUCE":
-                src = node.srcs[0]
-                dims = list(idx.dims)
-                for a in node.arg[1]:
-                    dims[a] = sym.Var(f"p{len(seen)}_{a}", 0, src.shape[a] - 1)
-                walk(src, Index(src.shape, tuple(dims), valid=idx.valid), True)
-            elif node.op in g.MOVEMENT:
-                walk(node.srcs[0], self.move(node, idx), in_reduce)
-            else:
-                for src in node.srcs:
-                    walk(src, idx, in_reduce)
-
-        lane = Index(shape, tuple(out_vars))
-        for store in self.kernel.stores:
-            walk(store.value, lane, False)
-        return found
-
     def emit_stores(self, lanes: list[Index]) -> None:
         for store in self.kernel.stores:
             slot = self.kernel.slots.index(("tmp", store.target))
@@ -883,84 +488,6 @@ class Lowerer:
                 self.add("STORE", None, (buf, self.index(target), value), pure=False)
             if single is not None:
                 self.close_if(single)
-
-
-_CHEAP_UNARY = frozenset({"neg", "abs", "not", "floor", "ceil", "round", "trunc", "isnan"})
-_COSTLY_BINARY = frozenset({"pow", "atan2", "div", "idiv", "mod"})
-
-
-def _costly(node: Node) -> bool:
-    """Whether an elementwise value costs more to compute than to read back from cache."""
-    seen: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen or n.op not in g.ELEMENTWISE:
-            continue
-        seen.add(id(n))
-        if (n.op == "UNARY" and n.arg not in _CHEAP_UNARY) or (n.op == "BINARY" and n.arg in _COSTLY_BINARY):
-            return True
-        stack.extend(n.srcs)
-    return False
-
-
-def _uses_vars(key: tuple, names: frozenset) -> bool:
-    """Whether a symbolic key (``Expr.key`` / ``Index.key``) mentions a variable in ``names``."""
-    if not names:
-        return False
-    if len(key) >= 2 and key[0] == "v" and key[1] in names:
-        return True
-    return any(isinstance(part, tuple) and _uses_vars(part, names) for part in key)
-
-
-def _extents(node: Node) -> tuple[int, ...]:
-    """The loop extents of a reduce."""
-    return tuple(node.srcs[0].shape[a] for a in node.arg[1])
-
-
-def _depends_on(node: Node, ids: set[int]) -> bool:
-    """Whether a node in ``ids`` lies under ``node``."""
-    seen: set[int] = set()
-    stack = list(node.srcs)
-    while stack:
-        n = stack.pop()
-        if id(n) in ids:
-            return True
-        if id(n) not in seen:
-            seen.add(id(n))
-            stack.extend(n.srcs)
-    return False
-
-
-def _affine(e: Expr) -> bool:
-    """Whether an index expression is a sum of multiples of variables (no division or mask)."""
-    if isinstance(e, (sym.Num, sym.Var)):
-        return True
-    if isinstance(e, sym.Sum):
-        return all(_affine(t) for t in e.terms)
-    return isinstance(e, sym.Mul) and _affine(e.x)
-
-
-def _stride(expr: Expr, axis: int) -> int:
-    """How far ``expr`` (a ``load_indices`` index) moves for one step along output ``axis``."""
-    return _evaluate(expr, {f"q{axis}": 1}) - _evaluate(expr, {})
-
-
-def _evaluate(e: Expr, values: dict[str, int]) -> int:
-    """An index expression at a point: the named variables given, every other one 0."""
-    if isinstance(e, sym.Num):
-        return e.value
-    if isinstance(e, sym.Var):
-        return values.get(e.name, 0)
-    if isinstance(e, sym.Sum):
-        return sum(_evaluate(t, values) for t in e.terms)
-    if isinstance(e, sym.Mul):
-        return _evaluate(e.x, values) * e.factor
-    if isinstance(e, sym.Div):
-        return _evaluate(e.x, values) // e.divisor
-    if isinstance(e, sym.Mod):
-        return _evaluate(e.x, values) % e.divisor
-    return int(bool(_evaluate(e.x, values) < e.bound)) if isinstance(e, sym.Lt) else 0
 
 
 def _is_unit_reshape(src_shape, shape) -> bool:

@@ -2,7 +2,7 @@
 
 A matmul is recorded as ``sum_k(A[..., m, 1, k] * B[..., 1, n, k])`` (``ops/matmul.py``).
 Lowering computes it in register tiles of ``PANEL_ROWS x PANEL_COLS`` outputs
-(``codegen/lower.py``): every step of the k loop reads ``PANEL_ROWS`` values of A and
+(``codegen/lower_loops.py``): every step of the k loop reads ``PANEL_ROWS`` values of A and
 ``PANEL_COLS`` values of B. Read in place, those come from as many rows of a row-major
 operand, a large power-of-two stride apart (``W^T`` in a forward linear, ``dY^T`` in a
 weight gradient, plain ``B`` with 2048 columns): every k step touches new cache lines that map

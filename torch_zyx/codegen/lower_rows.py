@@ -1,0 +1,264 @@
+"""Lowering of row kernels: reduces over a row (softmax, layer norm) run once per row, before
+the loops that store the row.
+
+The kernelizer fuses a row's reduces with the elementwise work that uses them. Lowering finds
+the leading output axes every such reduce depends on (``row_split``), emits each reduce once
+per row ahead of the inner loops (``hoist``; sibling reduces over the same range share one
+loop), and on CPUs lets a reduce write a costly value it computes into the row's output for
+the store loop to read back (``row_stash``). Devices with work groups run one group per row.
+A mixin of ``lower.Lowerer``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import dtypes
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from . import symbolic as sym
+from .index import Index
+from .symbolic import Expr
+
+
+class RowLowering:
+    """Row kernels for ``lower.Lowerer`` (which provides emission and the loop helpers)."""
+
+    def row_split(self, shape: tuple[int, ...]) -> int:
+        """For a kernel with reduces: the fewest leading output axes ``k`` such that every
+        reduce reached outside other reduces depends on axes ``< k`` only (the kernelizer fuses
+        row reductions so: softmax, layer norm), with elements left for the inner loops; 0 if
+        none (each output computes its own reduces: matmul-shaped kernels)."""
+        outer = [sym.Var(f"o{a}", 0, max(s - 1, 0)) for a, s in enumerate(shape)]
+        for k in range(1, len(shape)):
+            if math.prod(shape[k:]) <= 1 or 0 in shape:
+                break
+            inner = [sym.Var(f"i{a}", 0, shape[a] - 1) for a in range(k, len(shape))]
+            names = frozenset(v.name for v in inner)
+            idx = Index(shape, tuple(outer[:k]) + tuple(inner))
+            seen: dict = {}
+            results = [self.hoist(store.value, idx, names, seen, emit=False) for store in self.kernel.stores]
+            if all(results):
+                return k
+        return 0
+
+    def lower_rows(self, shape: tuple[int, ...], split: int) -> int:
+        """The kernel as rows (axes before ``split``, split across threads) × inner loops over
+        the other axes. Values broadcast along a row (softmax's max, a bias) are
+        loop-invariant in the inner loops instead of a division per element; reduces over a
+        row (softmax, layer norm) run once per row before the inner loops, each a loop over
+        the row of its own, like ATen's row kernels (the row stays in cache between them)."""
+        rows = math.prod(shape[:split])
+        row = sym.Var("grow", 0, max(rows - 1, 0))
+        outer = self.open_range(row, "start", "end")
+        inner_vars = [self.new_var(s) if s > 1 else None for s in shape[split:]]
+        dims = Index(shape[:split], linear=row).dims + tuple(v if v is not None else sym.Num(0)
+                                                            for v in inner_vars)
+        width = math.prod(shape[split:])
+        linear: Expr = sym.mul(row, width)
+        for d, st in zip(dims[split:], g.contiguous_strides(shape[split:])):
+            linear = sym.add(linear, sym.mul(d, st))
+        lane = Index(shape, dims, linear=linear)
+        names = frozenset(v.name for v in inner_vars if v is not None)
+        self.stash = self.row_stash(shape, split, lane)
+        seen: dict = {}
+        pending: list = []
+        for store in self.kernel.stores:
+            self.hoist(store.value, lane, names, seen, pending=pending)
+        self.emit_sibling_reduces(pending)
+        self.row_flops, self.flops = self.flops, 0
+        ranges = [self.open_range(v, 0, v.vmax + 1) for v in inner_vars if v is not None]
+        for source, slot in self.stashed:
+            buf = self.add("BUF", source.dtype, (), slot)
+            loaded = self.add("LOAD", source.dtype, (buf, self.index(lane.linear)))
+            self.scopes[-1][("node", id(source), lane.key())] = loaded
+        self.emit_stores([lane])
+        for rng in reversed(ranges):
+            self.close_range(rng)
+        self.close_range(outer)
+        return 0 if 0 in shape else rows
+
+    def lower_grouped_rows(self, shape: tuple[int, ...], split: int, group: int) -> int:
+        """``lower_rows`` for devices with work groups and no row loops (GPUs): one work group
+        per row. Its row reduces are group reduces (neighbouring items read neighbouring
+        elements); then item ``lid`` computes and stores elements lid, lid + group, ..."""
+        rows = math.prod(shape[:split])
+        width = math.prod(shape[split:])
+        self.group = group
+        row = sym.Var("gidx", 0, max(rows - 1, 0))
+        outer = self.open_range(row, "start", "end")
+        self.lid = sym.Var("lid", 0, group - 1)
+        self.add("SPECIAL", dtypes.int64, (), (self.lid.name, "lid"), pure=False)
+        steps = -(-width // group)
+        step = self.new_var(steps)
+        flat = sym.add(sym.mul(step, group), self.lid)
+        cols = Index(shape[split:], linear=flat).dims
+        lane = Index(shape, Index(shape[:split], linear=row).dims + cols,
+                     linear=sym.add(sym.mul(row, width), flat))
+        # The row reduces first, each by the whole group (at top level: every item reaches
+        # their barriers).
+        seen: dict = {}
+        for store in self.kernel.stores:
+            self.hoist(store.value, lane, frozenset((step.name, self.lid.name)), seen)
+        rng = self.open_range(step, 0, steps)
+        tail = self.open_if(sym.lt(flat, width)) if width % group else None
+        self.items_store = True
+        self.reduce_depth += 1  # anything left to reduce here is a plain loop (no barriers)
+        self.emit_stores([lane])
+        self.reduce_depth -= 1
+        if tail is not None:
+            self.close_if(tail)
+        self.close_range(rng)
+        self.close_range(outer)
+        return 0 if 0 in shape else rows
+
+    def row_stash(self, shape: tuple[int, ...], split: int, lane: Index) -> dict[int, tuple]:
+        """A row reduce over a costly value that the store also uses at its own index
+        (softmax's sum of exp(x - max), then exp(x - max) / sum) writes that value into the
+        row's output as it goes; the store loop reads it back instead of computing it again
+        (as ATen's softmax does). The row is still in cache, and each output element is read
+        before it is overwritten."""
+        axes = tuple(range(split, len(shape)))
+        for store in self.kernel.stores:
+            if store.view is not None:
+                continue
+            at_lane: set[int] = set()  # values the store reads at its own index
+            stack = [store.value]
+            while stack:
+                node = stack.pop()
+                if id(node) not in at_lane:
+                    at_lane.add(id(node))
+                    if node.op in g.ELEMENTWISE:
+                        stack.extend(node.srcs)
+            for node in g.toposort([store.value]):
+                src = node.srcs[0] if node.op == "REDUCE" else None
+                if (src is not None and id(src) in at_lane and node.arg[1] == axes and src.shape == shape
+                        and src.dtype == store.value.dtype and _costly(src)):
+                    slot = self.kernel.slots.index(("tmp", store.target))
+                    return {id(node): (src, slot, lane)}
+        return {}
+
+    def stash_row(self, stash: tuple, axes: tuple[int, ...], vars_: list, src_lane: Index, value: int) -> None:
+        """Inside a row reduce's loop: store its source value into the row's output (``row_stash``)."""
+        source, slot, lane = stash
+        dims = list(lane.dims)
+        for axis, var in zip(axes, vars_):
+            dims[axis] = var
+        # Only where this loop walks the kernel's own row (the store loop reads it back).
+        if Index(source.shape, tuple(dims), valid=lane.valid).key() == src_lane.key():
+            buf = self.add("BUF", source.dtype, (), slot)
+            self.add("STORE", None, (buf, self.index(src_lane.linear), value), pure=False)
+            self.stashed.append((source, slot))
+
+    def hoist(self, node: Node, idx: Index, inner: frozenset, seen: dict, emit: bool = True,
+              pending: list | None = None) -> bool:
+        """Emit, here (before the loops over the variables named in ``inner`` open), every
+        reduce under ``node`` whose index does not use those variables, innermost first; the
+        reduce memo then finds them inside the loops. Returns whether every reduce reached
+        outside other reduces is such a reduce (``emit`` False: only that answer)."""
+        key = (id(node), idx.key())
+        if key in seen:
+            return seen[key]
+        op = node.op
+        ok = True
+        if op == "REDUCE":
+            src = node.srcs[0]
+            dims = list(idx.dims)
+            names = set(inner)
+            for axis in node.arg[1]:
+                # A stand-in for the reduce's own loop variable: reduces under this one that
+                # use it stay inside its loop.
+                self.stand_ins += 1
+                var = sym.Var(f"h{self.stand_ins}", 0, src.shape[axis] - 1)
+                dims[axis] = var
+                names.add(var.name)
+            self.hoist(src, Index(src.shape, tuple(dims), valid=idx.valid), frozenset(names), seen, emit,
+                       pending)
+            ok = not _uses_vars(idx.key(), inner)
+            if ok and emit:
+                if pending is None:
+                    self.emit(node, [idx])
+                else:
+                    pending.append((node, idx))
+        elif op in g.MOVEMENT:
+            ok = self.hoist(node.srcs[0], self.move(node, idx), inner, seen, emit, pending)
+        elif op not in ("LOAD", "CONST", "IOTA", "RANDOM"):
+            results = [self.hoist(s, idx, inner, seen, emit, pending) for s in node.srcs]
+            ok = all(results)
+        seen[key] = ok
+        return ok
+
+    def emit_sibling_reduces(self, pending: list[tuple[Node, Index]]) -> None:
+        """Emit hoisted reduces (in dependency order), each run of neighbours over ranges of the
+        same extents that do not use one another in one loop (layer norm's sum and sum of
+        squares: one pass over the row instead of two)."""
+        batches: list[list[tuple[Node, Index]]] = []
+        for node, idx in pending:
+            last = batches[-1] if batches else None
+            if last is not None and not self.group and _extents(node) == _extents(last[0][0]) \
+                    and not _depends_on(node, {id(member) for member, _idx in last}):
+                last.append((node, idx))
+            else:
+                batches.append([(node, idx)])
+        for batch in batches:
+            keys = [("node", id(node), idx.key()) for node, idx in batch]
+            todo = [(node, idx) for (node, idx), key in zip(batch, keys) if not self.memoized(key)]
+            if len(todo) <= 1:
+                for node, idx in todo:
+                    self.emit(node, [idx])
+                continue
+            self.reduce_depth += 1
+            values = self.emit_loop_reduces([(node, [idx]) for node, idx in todo])
+            self.reduce_depth -= 1
+            for (node, idx), (value,) in zip(todo, values):
+                self.scopes[-1][("node", id(node), idx.key())] = value
+
+    def memoized(self, key: tuple) -> bool:
+        return any(key in scope for scope in self.scopes)
+
+
+_CHEAP_UNARY = frozenset({"neg", "abs", "not", "floor", "ceil", "round", "trunc", "isnan"})
+_COSTLY_BINARY = frozenset({"pow", "atan2", "div", "idiv", "mod"})
+
+
+def _costly(node: Node) -> bool:
+    """Whether an elementwise value costs more to compute than to read back from cache."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or n.op not in g.ELEMENTWISE:
+            continue
+        seen.add(id(n))
+        if (n.op == "UNARY" and n.arg not in _CHEAP_UNARY) or (n.op == "BINARY" and n.arg in _COSTLY_BINARY):
+            return True
+        stack.extend(n.srcs)
+    return False
+
+
+def _uses_vars(key: tuple, names: frozenset) -> bool:
+    """Whether a symbolic key (``Expr.key`` / ``Index.key``) mentions a variable in ``names``."""
+    if not names:
+        return False
+    if len(key) >= 2 and key[0] == "v" and key[1] in names:
+        return True
+    return any(isinstance(part, tuple) and _uses_vars(part, names) for part in key)
+
+
+def _extents(node: Node) -> tuple[int, ...]:
+    """The loop extents of a reduce."""
+    return tuple(node.srcs[0].shape[a] for a in node.arg[1])
+
+
+def _depends_on(node: Node, ids: set[int]) -> bool:
+    """Whether a node in ``ids`` lies under ``node``."""
+    seen: set[int] = set()
+    stack = list(node.srcs)
+    while stack:
+        n = stack.pop()
+        if id(n) in ids:
+            return True
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(n.srcs)
+    return False
