@@ -133,6 +133,8 @@ def pending_storages() -> list[Storage]:
 # in-place metadata changes (resize_, as_strided_, set_) always pass PyTorch's bounds check.
 _VIRTUAL_STORAGE_BYTES = 1 << 50
 
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+
 # zyx device index → its torch.device (making a torch.device costs about a microsecond).
 _torch_devices: dict[int | None, torch.device] = {}
 
@@ -154,12 +156,17 @@ class ZyxTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, storage: Storage, shape, strides, offset: int, requires_grad: bool = False):
         shape, strides = tuple(shape), tuple(strides)
-        out = torch.Tensor._make_wrapper_subclass(
-            cls, shape, strides=strides, storage_offset=offset,
-            dtype=ZYX_TO_TORCH[storage.dtype], device=_torch_device(storage.device.index),
-            requires_grad=requires_grad, storage_size=_VIRTUAL_STORAGE_BYTES)
+        zmeta = make_meta(shape, strides, offset)
+        dtype, device = ZYX_TO_TORCH[storage.dtype], _torch_device(storage.device.index)
+        if zmeta[3]:  # contiguous from 0: _make_wrapper_subclass's defaults (cheaper than passing them)
+            out = _make_wrapper_subclass(cls, shape, dtype=dtype, device=device, requires_grad=requires_grad,
+                                         storage_size=_VIRTUAL_STORAGE_BYTES)
+        else:
+            out = _make_wrapper_subclass(cls, shape, strides=strides, storage_offset=offset, dtype=dtype,
+                                         device=device, requires_grad=requires_grad,
+                                         storage_size=_VIRTUAL_STORAGE_BYTES)
         out._storage = storage
-        out._zmeta = make_meta(shape, strides, offset)
+        out._zmeta = zmeta
         return out
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -355,9 +362,6 @@ def wrap(node: Node, device) -> ZyxTensor:
     out._storage = storage
     out._zmeta = _dense_metas.get(shape) or _dense_meta(shape)
     return out
-
-
-_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 
 
 def write(t: ZyxTensor, node: Node) -> None:

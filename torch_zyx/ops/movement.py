@@ -1,18 +1,22 @@
 """Movement lowerings: views share storage (metadata only), copies build movement nodes.
 
-View ops (view, t, permute, slice, select, expand, as_strided, ...) are evaluated on a meta
-tensor with the input's (shape, strides, offset): PyTorch itself computes the result's
-metadata and raises its own errors, and the result is a new wrapper on the same storage.
+View ops (view, t, permute, slice, select, expand, as_strided, ...) are new wrappers on the
+same storage. The common ones compute the result's (shape, strides, offset) directly, as ATen
+does (``_GEOMETRY``); the rest, and any call those decline (odd arguments, errors), are
+evaluated on a meta tensor with the input's metadata: PyTorch itself computes the result and
+raises its own errors (a meta round trip costs ~50 us, the direct path a few).
 cat, stack, flip, roll and constant padding build lazy movement nodes (masks, no copies).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import dtypes
 from ..lazy import graph as g
-from ..tensor import ZyxTensor, read, restride, wrap, zdtype
+from ..tensor import ZyxTensor, meta, read, restride, wrap, zdtype
 from .registry import aten, cast, register
 
 VIEW_OPS = [
@@ -33,8 +37,186 @@ def _meta_of(x: ZyxTensor) -> torch.Tensor:
     return base.as_strided(tuple(x.shape), tuple(x.stride()), x.storage_offset())
 
 
+# ------------------------------------------------------------------ view geometry, as ATen
+# Each function maps the input's (shape, strides, offset) and the op's arguments to the result's
+# (shape, strides, offset), or None to leave the call to the meta path (which raises PyTorch's
+# errors): only well-formed calls are handled here.
+
+
+def _dim(d, ndim: int) -> int | None:
+    """``d`` wrapped into [0, ndim) (ATen's maybe_wrap_dim; a 0-d tensor takes -1 and 0), or None."""
+    if d.__class__ is not int:
+        return None
+    bound = max(ndim, 1)
+    if not -bound <= d < bound:
+        return None
+    return d % bound
+
+
+def _view(shape, strides, offset, size):
+    # Only views of contiguous tensors: ATen's computeStride then gives contiguous strides.
+    if strides != g.contiguous_strides(shape) or not all(s.__class__ is int for s in size):
+        return None
+    numel = math.prod(shape)
+    size = list(size)
+    if size.count(-1) == 1:
+        known = math.prod(s for s in size if s != -1)
+        if known == 0 or numel % known:
+            return None
+        size[size.index(-1)] = numel // known
+    size = tuple(size)
+    if numel == 0 or min(size, default=1) < 0 or math.prod(size) != numel:
+        return None
+    return size, g.contiguous_strides(size), offset
+
+
+def _t(shape, strides, offset):
+    if len(shape) < 2:
+        return shape, strides, offset
+    if len(shape) > 2:
+        return None
+    return shape[::-1], strides[::-1], offset
+
+
+def _transpose(shape, strides, offset, dim0, dim1):
+    ndim = len(shape)
+    dim0, dim1 = _dim(dim0, ndim), _dim(dim1, ndim)
+    if dim0 is None or dim1 is None:
+        return None
+    if ndim == 0:
+        return shape, strides, offset
+    shape, strides = list(shape), list(strides)
+    shape[dim0], shape[dim1] = shape[dim1], shape[dim0]
+    strides[dim0], strides[dim1] = strides[dim1], strides[dim0]
+    return tuple(shape), tuple(strides), offset
+
+
+def _permute(shape, strides, offset, dims):
+    ndim = len(shape)
+    wrapped = [_dim(d, ndim) for d in dims]
+    if len(wrapped) != ndim or None in wrapped or len(set(wrapped)) != ndim:
+        return None
+    return tuple(shape[d] for d in wrapped), tuple(strides[d] for d in wrapped), offset
+
+
+def _unsqueeze(shape, strides, offset, dim):
+    ndim = len(shape)
+    dim = _dim(dim, ndim + 1)
+    if dim is None:
+        return None
+    stride = shape[dim] * strides[dim] if dim < ndim else 1
+    return shape[:dim] + (1,) + shape[dim:], strides[:dim] + (stride,) + strides[dim:], offset
+
+
+def _squeeze_dims(shape, strides, offset, dims):
+    ndim = len(shape)
+    wrapped = {_dim(d, ndim) for d in dims}
+    if None in wrapped or len(wrapped) != len(dims):  # (a repeated dim is an error)
+        return None
+    keep = [i for i in range(ndim) if not (i in wrapped and shape[i] == 1)]
+    return tuple(shape[i] for i in keep), tuple(strides[i] for i in keep), offset
+
+
+def _squeeze(shape, strides, offset, dim=None):
+    if dim is None:
+        return _squeeze_dims(shape, strides, offset, tuple(range(len(shape))))
+    if dim.__class__ is int:
+        return _squeeze_dims(shape, strides, offset, (dim,))
+    return _squeeze_dims(shape, strides, offset, dim)
+
+
+def _expand(shape, strides, offset, size, implicit=False):
+    ndim, new_ndim = len(shape), len(size)
+    if new_ndim < ndim or not all(s.__class__ is int for s in size):
+        return None
+    out_shape, out_strides = [0] * new_ndim, [0] * new_ndim
+    for i in range(new_ndim - 1, -1, -1):
+        d = i - (new_ndim - ndim)
+        want = size[i]
+        if d < 0:  # a new leading axis: size 1 keeps the stride ATen gives it
+            if want < 0 or i == new_ndim - 1:
+                return None
+            out_shape[i] = want
+            out_strides[i] = out_shape[i + 1] * out_strides[i + 1] if want == 1 else 0
+            continue
+        if want == -1:
+            want = shape[d]
+        if want < 0:
+            return None
+        if shape[d] == want:
+            out_shape[i], out_strides[i] = want, strides[d]
+        elif shape[d] == 1:
+            out_shape[i], out_strides[i] = want, 0
+        else:
+            return None
+    return tuple(out_shape), tuple(out_strides), offset
+
+
+def _select(shape, strides, offset, dim, index):
+    ndim = len(shape)
+    if ndim == 0 or index.__class__ is not int:
+        return None
+    dim = _dim(dim, ndim)
+    if dim is None or not -shape[dim] <= index < shape[dim]:
+        return None
+    if index < 0:
+        index += shape[dim]
+    return shape[:dim] + shape[dim + 1:], strides[:dim] + strides[dim + 1:], offset + index * strides[dim]
+
+
+def _slice(shape, strides, offset, dim=0, start=None, end=None, step=1):
+    ndim = len(shape)
+    if ndim == 0 or step.__class__ is not int or step <= 0:
+        return None
+    dim = _dim(dim, ndim)
+    start = 0 if start is None else start
+    end = shape[dim] if end is None else end
+    if dim is None or start.__class__ is not int or end.__class__ is not int:
+        return None
+    size = shape[dim]
+    # ATen's clamping: negative bounds count from the end, then both are clamped to [0, size]
+    # and an end before the start gives an empty slice at the start.
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    length = (end - start + step - 1) // step
+    return (shape[:dim] + (length,) + shape[dim + 1:], strides[:dim] + (strides[dim] * step,) + strides[dim + 1:],
+            offset + start * strides[dim])
+
+
+def _alias(shape, strides, offset):
+    return shape, strides, offset
+
+
+_GEOMETRY = {
+    aten.view.default: _view, aten._unsafe_view.default: _view, aten.t.default: _t,
+    aten.transpose.int: _transpose, aten.permute.default: _permute, aten.unsqueeze.default: _unsqueeze,
+    aten.squeeze.default: _squeeze, aten.squeeze.dim: _squeeze, aten.squeeze.dims: _squeeze,
+    aten.expand.default: _expand, aten.select.int: _select, aten.slice.Tensor: _slice,
+    aten.alias.default: _alias, aten.detach.default: _alias,
+}
+
+
+def view_geometry(func, x: ZyxTensor, args, kwargs) -> tuple | None:
+    """(shape, strides, offset) of the view op ``func`` on ``x``, computed directly, or None."""
+    geometry = _GEOMETRY.get(func)
+    if geometry is None:
+        return None
+    shape, strides, offset, _ = x._zmeta or meta(x)
+    try:
+        return geometry(shape, strides, offset, *args, **kwargs)
+    except (TypeError, ValueError, IndexError):
+        return None  # arguments of another form (symbolic sizes, tensors, ...): the meta path
+
+
 def _view_lowering(func):
     def lowering(x, *args, **kwargs):
+        geometry = view_geometry(func, x, args, kwargs)
+        if geometry is not None:
+            return ZyxTensor(x._storage, *geometry)
         args = tuple(_meta_of(a) if isinstance(a, ZyxTensor) else a for a in args)
         result = func(_meta_of(x), *args, **kwargs)
 
@@ -63,8 +245,11 @@ INPLACE_VIEW_OPS = {
 
 def _inplace_view_lowering(functional):
     def lowering(x, *args, **kwargs):
-        r = functional(_meta_of(x), *args, **kwargs)
-        restride(x, x._storage, tuple(r.shape), tuple(r.stride()), r.storage_offset())
+        geometry = view_geometry(functional, x, args, kwargs)
+        if geometry is None:
+            r = functional(_meta_of(x), *args, **kwargs)
+            geometry = tuple(r.shape), tuple(r.stride()), r.storage_offset()
+        restride(x, x._storage, *geometry)
         return x
 
     return lowering
