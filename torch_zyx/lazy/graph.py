@@ -263,8 +263,10 @@ def expand(x: Node, shape: tuple[int, ...]) -> Node:
         shape = tuple(shape)
     if shape == x.shape:
         return x
-    assert len(shape) == len(x.shape) and all(s == o or o == 1 for s, o in zip(shape, x.shape)), (
-        x.shape, shape)
+    if __debug__:
+        assert len(shape) == len(x.shape), (x.shape, shape)
+        for s, o in zip(shape, x.shape):
+            assert s == o or o == 1, (x.shape, shape)
     if x.op == "CONST":
         return _const_like(x, shape)
     return _intern("EXPAND", shape, shape, (x,), x.dtype, shape)
@@ -276,6 +278,10 @@ def broadcast_to(x: Node, shape: tuple[int, ...]) -> Node:
         return x
     if x.op == "CONST":
         return _const_like(x, shape)
+    if x.op == "STRIDED" and not x.shape:
+        # One element of a storage (an optimizer's per-tensor scalar): one strided view with
+        # zero strides rather than a view, a reshape and an expand.
+        return strided(x.srcs[0], shape, (0,) * len(shape), x.arg[2])
     return expand(reshape(x, (1,) * (len(shape) - len(x.shape)) + x.shape), shape)
 
 

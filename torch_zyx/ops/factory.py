@@ -13,6 +13,7 @@ import torch
 from .. import dtypes, random
 from ..lazy import graph as g
 from ..tensor import Storage, ZyxTensor, from_cpu, read, restride, to_cpu, wrap, write, zdtype
+from ..tensor import meta as meta_of
 from .registry import aten, device_of, operands, register
 
 
@@ -53,11 +54,18 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     return empty_storage(size, tuple(stride), dtype, index)
 
 
+_KEEPS_CONTIGUOUS = (None, torch.preserve_format, torch.contiguous_format)
+
+
 @register(aten.empty_like.default)
 def empty_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    index = device.index if isinstance(device, torch.device) and device.type == "zyx" else x.device.index
+    shape, strides, _, _ = meta_of(x)
+    if strides == g.contiguous_strides(shape) and memory_format in _KEEPS_CONTIGUOUS:
+        # A contiguous input stays contiguous (the common case, without the meta round trip).
+        return empty_storage(shape, strides, dtype or x.dtype, index)
     meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     meta = torch.empty_like(meta, dtype=dtype, memory_format=memory_format or torch.preserve_format)
-    index = device.index if isinstance(device, torch.device) and device.type == "zyx" else x.device.index
     return empty_storage(meta.shape, meta.stride(), meta.dtype, index)
 
 

@@ -65,7 +65,9 @@ def _call(op, args: list, kwargs: dict):
     """``op(*args, **kwargs)`` for an op packet: the overload PyTorch would pick, resolved once
     per signature, and its lowering called directly (through PyTorch's dispatcher only when it
     has none or declines, as dispatch.py does)."""
-    key = (id(op), *(a.__class__ for a in args), *((k, v.__class__) for k, v in kwargs.items()))
+    key = (id(op), *map(type, args))
+    if kwargs:
+        key += tuple((k, type(v)) for k, v in kwargs.items())
     overload = _overloads.get(key)
     if overload is None:
         try:
