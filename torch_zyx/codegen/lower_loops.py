@@ -41,8 +41,11 @@ class LoopNestLowering:
         # output per iteration and let LLVM vectorize the reduce loop instead.
         if axes and shape[axes[-1]] % _UPCAST_INNER == 0 and self.reads_along(shape, axes[-1]):
             factors[axes[-1]] = _UPCAST_INNER
-            if len(axes) >= 2 and shape[axes[-2]] % _UPCAST_OUTER == 0:
-                factors[axes[-2]] = _UPCAST_OUTER
+            # Two rows where four do not divide (a weight gradient of 10 outputs): each loaded
+            # column vector then feeds two accumulators instead of one.
+            rows = next((r for r in (_UPCAST_OUTER, 2) if shape[axes[-2]] % r == 0), 1) if len(axes) >= 2 else 1
+            if rows > 1:
+                factors[axes[-2]] = rows
         dims_base: dict[int, Expr] = {}
         ranges = []
         global_size = 1
