@@ -139,6 +139,10 @@ _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 _torch_devices: dict[int | None, torch.device] = {}
 
 
+# zyx device (a runtime's DeviceContext) → its torch.device, for ``wrap``.
+_torch_of: dict[object, torch.device] = {}
+
+
 def _torch_device(index) -> torch.device:
     device = _torch_devices.get(index)
     if device is None:
@@ -355,7 +359,7 @@ def wrap(node: Node, device) -> ZyxTensor:
         _sweep_storages()
     if _pending.count > CONFIG.max_pending:
         realize_all()
-    torch_device = _torch_devices.get(device.index) or _torch_device(device.index)
+    torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
     # Contiguous with offset 0 are _make_wrapper_subclass's defaults (cheaper than passing them).
     out = _make_wrapper_subclass(ZyxTensor, shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device,
                                  storage_size=_VIRTUAL_STORAGE_BYTES)

@@ -94,12 +94,12 @@ def _intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DTyp
     """The node (op, arg, srcs, dtype, shape), built once. ``key_arg`` is ``arg`` as keyed (see
     ``_hashable``); the hot constructors below pass it directly when ``arg`` holds no floats."""
     key = (op, key_arg, srcs, dtype, shape)
-    ref = _interned.get(key)
+    ref = _lookup(key)
     if ref is not None:
         existing = ref()
         if existing is not None:
             return existing
-    node = object.__new__(Node)
+    node = _new_node(Node)
     node.op = op
     node.arg = arg
     node.srcs = srcs
@@ -113,6 +113,9 @@ def _intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DTyp
     return node
 
 
+# Bound once: interning is the hot path of recording (the table is never replaced).
+_lookup = _interned.get
+_new_node = object.__new__
 _UNHASHABLE_AS_IS = (float, tuple)
 
 
@@ -148,7 +151,9 @@ _scalars: dict[tuple, Node] = {}
 def const(value: Any, dtype: DType, shape: tuple[int, ...] = ()) -> Node:
     cls = value.__class__
     if cls is float or cls is int or cls is bool:
-        memo = (value, dtype, shape) if value or cls is not float else (value, dtype, shape, math.copysign(1, value))
+        memo = (value, dtype, shape)
+        if not value and cls is float:
+            memo = (value, dtype, shape, math.copysign(1, value))
         try:
             node = _scalars.get(memo)
         except TypeError:  # a shape given as a list

@@ -183,8 +183,9 @@ def _slice(shape, strides, offset, dim=0, start=None, end=None, step=1):
     start = min(max(start, 0), size)
     end = min(max(end, start), size)
     length = (end - start + step - 1) // step
-    return (shape[:dim] + (length,) + shape[dim + 1:], strides[:dim] + (strides[dim] * step,) + strides[dim + 1:],
-            offset + start * strides[dim])
+    out_shape = shape[:dim] + (length,) + shape[dim + 1:]
+    out_strides = strides[:dim] + (strides[dim] * step,) + strides[dim + 1:]
+    return out_shape, out_strides, offset + start * strides[dim]
 
 
 def _alias(shape, strides, offset):
@@ -200,9 +201,9 @@ _GEOMETRY = {
 }
 
 
-def view_geometry(func, x: ZyxTensor, args, kwargs) -> tuple | None:
-    """(shape, strides, offset) of the view op ``func`` on ``x``, computed directly, or None."""
-    geometry = _GEOMETRY.get(func)
+def view_geometry(geometry, x: ZyxTensor, args, kwargs) -> tuple | None:
+    """(shape, strides, offset) of ``x`` viewed by ``geometry`` (a ``_GEOMETRY`` entry or None)
+    with the op's arguments, computed directly, or None."""
     if geometry is None:
         return None
     shape, strides, offset, _ = x._zmeta or meta(x)
@@ -213,8 +214,10 @@ def view_geometry(func, x: ZyxTensor, args, kwargs) -> tuple | None:
 
 
 def _view_lowering(func):
+    geometry_of = _GEOMETRY.get(func)
+
     def lowering(x, *args, **kwargs):
-        geometry = view_geometry(func, x, args, kwargs)
+        geometry = view_geometry(geometry_of, x, args, kwargs)
         if geometry is not None:
             return ZyxTensor(x._storage, *geometry)
         args = tuple(_meta_of(a) if isinstance(a, ZyxTensor) else a for a in args)
@@ -244,8 +247,10 @@ INPLACE_VIEW_OPS = {
 
 
 def _inplace_view_lowering(functional):
+    geometry_of = _GEOMETRY.get(functional)
+
     def lowering(x, *args, **kwargs):
-        geometry = view_geometry(functional, x, args, kwargs)
+        geometry = view_geometry(geometry_of, x, args, kwargs)
         if geometry is None:
             r = functional(_meta_of(x), *args, **kwargs)
             geometry = tuple(r.shape), tuple(r.stride()), r.storage_offset()

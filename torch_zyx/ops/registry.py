@@ -236,7 +236,10 @@ def promoted_pair(x, y, kind=PROMOTE_DEFAULT) -> tuple[Node, Node, object, objec
                 yn = g.cast(yn, compute)
             return xn, yn, result, x._storage.device
         if yc is float or yc is int or yc is bool:
-            key = (id(kind), xd, not xn.shape, yc, None if xd in _FLOATS else _default_dtype())
+            if xn.shape and xd in _FLOATS:  # (the commonest case, with the shortest key)
+                key = (id(kind), xd, yc)
+            else:
+                key = (id(kind), xd, not xn.shape, yc, _default_dtype())
             compute, result = _plans.get(key) or _plan(key, (x, y), kind)
             if xd is not compute:
                 xn = g.cast(xn, compute)
