@@ -223,3 +223,35 @@ def test_deepcopy_tensor_parameter_module():
     assert pair[0] is pair[1]
     with pytest.raises(RuntimeError, match="graph leaves"):
         copy.deepcopy(torch.randn(2, device="zyx", requires_grad=True) * 2)
+
+
+# Views whose metadata the dispatcher computes itself (ops/movement.py) rather than through
+# PyTorch's meta tensors: sizes, strides and offsets must be PyTorch's, errors too.
+VIEW_METADATA = {
+    "view": lambda x: x.view(3, 8), "view_infer": lambda x: x.view(-1, 2, 1),
+    "view_1": lambda x: x[0:1].view(1, 1, 6), "t": lambda x: x.t(), "t_1d": lambda x: x[0].t(),
+    "transpose_neg": lambda x: x.unsqueeze(1).transpose(-1, 0), "permute": lambda x: x[None].permute(2, 0, 1),
+    "unsqueeze_end": lambda x: x.t().unsqueeze(-1), "unsqueeze_0d": lambda x: x[1, 2].unsqueeze(0),
+    "squeeze": lambda x: x[:1, None, 2:3].squeeze(), "squeeze_dims": lambda x: x[:1, None].squeeze((0, 1)),
+    "squeeze_dim_kept": lambda x: x.squeeze(1), "expand": lambda x: x[:, :1].expand(2, -1, 5),
+    "expand_same_1": lambda x: x[:1].expand(1, 1, 6), "select_neg": lambda x: x.t().select(1, -2),
+    "slice_step": lambda x: x[:, 1::2][1:-1], "slice_clamp": lambda x: x[-100:100, 7:2],
+    "slice_end": lambda x: x[:, 5:], "narrow": lambda x: x.narrow(1, 2, 3), "detach": lambda x: x.t().detach(),
+    "view_noncontiguous": lambda x: x.t().view(24), "select_oob": lambda x: x.select(0, 4),
+    "transpose_oob": lambda x: x.transpose(0, 2), "permute_repeat": lambda x: x.permute(0, 0),
+    "expand_bad": lambda x: x.expand(3, 6), "squeeze_repeat": lambda x: x.squeeze((1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(VIEW_METADATA))
+def test_view_metadata_matches_cpu(name):
+    fn = VIEW_METADATA[name]
+    base = _base()[:, :6]
+    results = []
+    for x in (base, base.to("zyx")):
+        try:
+            v = fn(x)
+            results.append((tuple(v.shape), v.stride(), v.storage_offset()))
+        except (RuntimeError, IndexError) as e:
+            results.append(type(e))
+    assert results[0] == results[1]
