@@ -97,16 +97,17 @@ class LoopNestLowering:
     def axis_runs(self, shape: tuple[int, ...]) -> tuple[list[list[int]], list[dict]] | None:
         """The output axes (size > 1) of an elementwise kernel in runs that every load and store
         walks as one flat range (each axis's stride is the next one's times its size), and each
-        load's stride per axis, when every load index is affine in the output axes; None
-        otherwise (or for an empty output)."""
+        load's stride per axis (at the origin). A load index that is not affine in the output
+        axes (a view that splits a merged axis again divides by its size) makes every axis a
+        run of its own: the divisions that only outer axes feed then run once per outer
+        iteration. None for fewer than two axes or an empty output."""
         axes = [a for a, s in enumerate(shape) if s > 1]
         if len(axes) < 2 or 0 in shape:
             return None
-        loads = []
-        for expr, _in_reduce in self.load_indices(shape):
-            if not _affine(expr):
-                return None
-            loads.append({a: _stride(expr, a) for a in axes})
+        exprs = [expr for expr, _in_reduce in self.load_indices(shape)]
+        loads = [{a: _stride(expr, a) for a in axes} for expr in exprs]
+        if not all(_affine(expr) for expr in exprs):
+            return [[a] for a in axes], loads
         layouts = list(loads)
         for store in self.kernel.stores:
             strides = store.view[1] if store.view is not None else g.contiguous_strides(shape)
