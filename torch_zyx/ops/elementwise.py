@@ -8,13 +8,14 @@ ops, python-style remainder, ...) is written with primitive nodes so it fuses.
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import wrap
+from ..tensor import read, wrap
 from .registry import (
     PROMOTE_BOOL,
     PROMOTE_DEFAULT,
@@ -451,9 +452,27 @@ def lerp(start, end, weight):
     s, e, w = operand(start, compute), operand(end, compute), operand(weight, compute)
     # PyTorch's formula: weight < 0.5 ? start + w*(end-start) : end - (end-start)*(1-w)
     diff = sub(e, s)
+    if not isinstance(weight, torch.Tensor):
+        # A scalar weight picks the same side everywhere: decided here (an optimizer's
+        # exp_avg.lerp_(grad, 1 - beta1) records half the nodes).
+        if _is_small_weight(weight, compute):
+            out = add(s, mul(w, diff))
+        else:
+            out = sub(e, mul(diff, sub(c(1.0, w), w)))
+        return new(cast(out, result), _device([start, end]))
     low = add(s, mul(w, diff))
     high = sub(e, mul(diff, sub(c(1.0, w), w)))
     return new(cast(where(b("lt", u("abs", w), c(0.5, w)), low, high), result), _device([start, end, weight]))
+
+
+def _is_small_weight(weight, compute: torch.dtype) -> bool:
+    """``abs(weight) < 0.5`` on the weight as the kernel holds it (rounded to ``compute``)."""
+    if compute == torch.float32:
+        try:
+            weight = struct.unpack("f", struct.pack("f", weight))[0]
+        except OverflowError:  # beyond float32: an infinity in the kernel
+            return False
+    return abs(weight) < 0.5
 
 
 @register(aten.addcmul.default)
@@ -466,6 +485,17 @@ def addcmul(x, t1, t2, value=1):
 def addcdiv(x, t1, t2, value=1):
     (xn, a, bn), result, device = promoted((x, t1, t2))
     return wrap(g.cast(add(xn, mul(div(a, bn), g.const(value, xn.dtype))), result), device)
+
+
+def addc_by_tensor(x, t1, t2, value, divide: bool):
+    """``addcdiv``/``addcmul`` (``divide`` picks) scaled by a 0-d zyx tensor ``value`` (a foreach
+    op's per-tensor scalar): one recorded op instead of a div or mul, a mul and an add. None
+    where the computation is not floating point (the caller then records the three ops)."""
+    (xn, a, bn), result, device = promoted((x, t1, t2))
+    if not xn.dtype.is_float:
+        return None
+    scale = g.cast(read(value), xn.dtype)
+    return wrap(g.cast(add(xn, mul(div(a, bn) if divide else mul(a, bn), scale)), result), device)
 
 
 @register(aten.gelu.default)

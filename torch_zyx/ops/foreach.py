@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..tensor import ZyxTensor, from_cpu, meta, read, wrap, write
+from .elementwise import addc_by_tensor
 from .registry import LOWERINGS, aten, register
 
 # Per-tensor op for a foreach base name, when it is not simply ``aten.<name>``; scalar forms of
@@ -88,6 +89,10 @@ def _element(base: str, args: list, kwargs: dict, scalar_list: bool):
     """The functional per-tensor result for one element's arguments."""
     if base in ("addcdiv", "addcmul") and scalar_list:
         self, t1, t2, value = args
+        if all(isinstance(t, ZyxTensor) for t in args):
+            out = addc_by_tensor(self, t1, t2, value, divide=base == "addcdiv")
+            if out is not None:
+                return out
         inner = _call(aten.div if base == "addcdiv" else aten.mul, [t1, t2], {})
         return _call(aten.add, [self, _call(aten.mul, [inner, value], {})], {})
     if base == "copy":
