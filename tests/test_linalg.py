@@ -223,3 +223,29 @@ def test_ldl_bunch_kaufman_pivots(seed):
     assert pivots.dtype == torch.int32
     ld, pivots = torch.linalg.ldl_factor(a)
     same(torch.linalg.ldl_solve, ld, pivots, torch.randn(2, 5, 3, dtype=torch.float64))
+
+
+FACTORIZATIONS = {  # name: (function, n)
+    "cholesky": (lambda a: torch.linalg.cholesky_ex(a @ a.mT + a.shape[-1] * torch.eye(a.shape[-1], device=a.device,
+                                                                                            dtype=a.dtype)), 24),
+    "lu_factor": (torch.linalg.lu_factor_ex, 24),
+    "solve_triangular": (lambda a: torch.linalg.solve_triangular(a + 24 * torch.eye(24, device=a.device,
+                                                                                    dtype=a.dtype), a, upper=True), 24),
+    "qr": (torch.linalg.qr, 24),
+    "ldl_factor": (lambda a: torch.linalg.ldl_factor_ex(a + a.mT), 64),
+}
+
+
+@pytest.mark.parametrize("name", list(FACTORIZATIONS))
+def test_step_loops_compile_fewer_kernels_than_steps(name, counters):
+    """The step number of a factorization's loop is data (lazymat.step) and the carried state is
+    stored each step (lazymat.stored), so the kernels of one step serve every step: an n x n
+    factorization compiles fewer than n kernels (with the step as a constant, each step had
+    its own few kernels, ~1 s each on PoCL)."""
+    fn, n = FACTORIZATIONS[name]
+    torch.manual_seed(15)
+    a = torch.randn(3, n, n, dtype=torch.float64)
+    ref = fn(a)
+    got = fn(zyx(a))
+    assert_close(tuple(got), tuple(ref), atol=1e-7, rtol=1e-7)
+    assert counters()["kernels_compiled"] < n

@@ -1,17 +1,24 @@
 """``Lz``: lazy graph nodes with arithmetic operators, and the matrix helpers (row/column
-numbers, eye, triangles, diagonal, argument checks) that the linear algebra lowerings
-(linalg.py, linalg_spectral.py) are written with, so their loops read as the formulas they
-implement. Everything here only builds graph nodes.
+numbers, eye, triangles, diagonal, step numbers, argument checks) that the linear algebra
+lowerings (linalg.py, linalg_spectral.py) are written with, so their loops read as the formulas
+they implement. Everything here only builds graph nodes.
+
+Step numbers are data: a factorization's step ``j`` reads ``j`` from a (1, 1) int64 buffer
+(``step``) and selects row/column ``j`` with a mask (``row_at``/``col_at``) instead of a slice
+at a constant offset, so every step of the loop has the same kernels: one compilation serves
+all n steps (a new kernel costs ~1 s on PoCL, a few hundred ms through LLVM).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import read, wrap
+from ..tensor import from_cpu, read, wrap
 from .matmul import matmul_nodes
 from .registry import broadcast, broadcast_shape
 
@@ -168,6 +175,14 @@ class Lz:
         bounds = tuple((start, stop) if i == axis else (0, s) for i, s in enumerate(self.shape))
         return Lz(g.shrink(self.node, bounds))
 
+    def row_at(self, j: Lz) -> Lz:
+        """Row ``j`` (a step number, ``step``) as a (..., 1, n) row: a masked sum, exact."""
+        return where(index(self.shape[-2], 0).eq(j), self, 0).sum(-2)
+
+    def col_at(self, j: Lz) -> Lz:
+        """Column ``j`` (a step number) as a (..., m, 1) column."""
+        return where(index(self.shape[-1], 1).eq(j), self, 0).sum(-1)
+
     def pad(self, axis: int, before: int, after: int) -> Lz:
         axis %= len(self.shape)
         return Lz(g.pad(self.node, tuple((before, after) if i == axis else (0, 0)
@@ -202,6 +217,31 @@ def zeros(shape, dtype: dtypes.DType) -> Lz:
 def index(n: int, axis: int) -> Lz:
     """0..n-1 (int64) along ``axis`` of a 2-d (n, 1) or (1, n) node: row and column numbers."""
     return Lz(g.iota((n, 1) if axis == 0 else (1, n)))
+
+
+# (device index, j) → the (1, 1) int64 buffer holding j; a few per device, kept for the process.
+_steps: dict[tuple[int, int], Node] = {}
+
+
+def step(device, j: int) -> Lz:
+    """The step number ``j`` as data on ``device``: a (1, 1) int64 node that kernels load, so a
+    loop body written with it has the same kernels at every step (see the module docstring)."""
+    key = (device.index, j)
+    node = _steps.get(key)
+    if node is None:
+        node = _steps[key] = from_cpu(torch.tensor([[j]], dtype=torch.int64), device)
+    return Lz(node)
+
+
+def stored(x: Lz) -> Lz:
+    """``x`` as a value the kernelizer stores: a loop's carried state (the factor, pivots and
+    flags built so far), so that the next step's kernels load it instead of recomputing every
+    earlier step's update, reduces included (an AST that grows with the step: a new kernel per
+    step, and at the end one huge kernel of nested reduces). Written as a max over an added
+    size-1 axis (exact for every value: -0.0, NaN, bools) read through a transpose: a
+    movement after a reduce stores the reduce. The graph has no store marker of its own."""
+    flat = g.reshape(x.node, (math.prod(x.shape), 1))
+    return Lz(g.reshape(g.permute(g.reduce("max", flat, (1,)), (1, 0)), x.shape))
 
 
 def eye(n: int, m: int, dtype: dtypes.DType) -> Lz:

@@ -35,6 +35,8 @@ from .lazymat import (
     mask,
     out,
     square,
+    step,
+    stored,
     tril,
     triu,
     type_name,
@@ -57,38 +59,41 @@ def _pivots(piv: Lz) -> Lz:
 # ---------------------------------------------------------------- Cholesky
 
 
-def cholesky_lower(a: Lz) -> tuple[Lz, Lz]:
+def cholesky_lower(a: Lz, device) -> tuple[Lz, Lz]:
     """Left-looking Cholesky–Crout of the lower triangle of ``a``: (L, info (..., 1, 1) int64).
 
     Column j: ``v = A[:, j] - L @ L[j, :]^T`` (L's columns >= j are still zero), then the
     pivot ``d = v[j]`` is rooted and the rows below divided by it. A non-positive (or NaN)
     pivot stops the factorization like LAPACK's potf2: that column keeps ``d`` on the diagonal
     and the input below it, later columns keep the input, ``info`` is the pivot's 1-based number.
+    The step number j is data (lazymat's ``step``): every step runs the same kernels.
     """
     *batch, n, _ = a.shape
-    row = index(n, 0)
+    row, col = index(n, 0), index(n, 1)
     low = tril(a)
     L = zeros(a.shape, a.dtype)
     info = zeros(tuple(batch) + (1, 1), dtypes.int64)
     failed = info.ne(0)
     for j in range(n):
-        v = low.cols(j, j + 1) - L @ L.rows(j, j + 1).mT
-        d = v.rows(j, j + 1)
+        at = step(device, j)
+        given = low.col_at(at)
+        v = given - L @ L.row_at(at).mT
+        d = v.row_at(at)
         ok = d.gt(0)
         root = d.sqrt()
-        col = where(row.gt(j), v / root, where(row.eq(j), root, 0))
-        stopped = where(row.eq(j) & ~failed, v, low.cols(j, j + 1))
-        col = where(failed | ~ok, stopped, col)
-        info = where(failed | ok, info, j + 1)
-        failed = failed | ~ok
-        L = L + col.pad(-1, j, n - j - 1)
+        column = where(row.gt(at), v / root, where(row.eq(at), root, 0))
+        stopped = where(row.eq(at) & ~failed, v, given)
+        column = where(failed | ~ok, stopped, column)
+        info = stored(where(failed | ok, info, at + 1))
+        failed = stored(failed | ~ok)
+        L = stored(L + where(col.eq(at), column, 0))
     return L, info
 
 
 @register(aten.linalg_cholesky_ex.default)
 def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
     x = square(a, "linalg.cholesky")
-    L, info = cholesky_lower(x.mT if upper else x)
+    L, info = cholesky_lower(x.mT if upper else x, a._storage.device)
     info = out(_batch_info(info), a)
     if check_errors:
         _check_errors(info, "linalg.cholesky", a.dim() == 2)
@@ -98,7 +103,7 @@ def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
 @register(aten.cholesky.default)
 def cholesky(a, upper=False):
     x = square(a, "cholesky")
-    L, info = cholesky_lower(x.mT if upper else x)
+    L, info = cholesky_lower(x.mT if upper else x, a._storage.device)
     _check_errors(out(_batch_info(info), a), "cholesky", a.dim() == 2)
     return out(L.mT if upper else L, a)
 
@@ -115,8 +120,9 @@ def cholesky_solve(b, L, upper=False):
         raise RuntimeError(f"b should have at least 2 dimensions, but has {b.dim()} dimensions instead")
     x, f = _broadcast_batch(float_input(b, "cholesky_solve"), float_input(L, "cholesky_solve"))
     lower = f.mT if upper else f
-    y = solve_triangular(lower, x, upper=False)
-    return out(solve_triangular(lower.mT, y, upper=True), b)
+    device = b._storage.device
+    y = solve_triangular(lower, x, False, device)
+    return out(solve_triangular(lower.mT, y, True, device), b)
 
 
 @register(aten.cholesky_inverse.default)
@@ -124,34 +130,38 @@ def cholesky_inverse(L, upper=False):
     f = square(L, "cholesky_inverse")
     n = f.shape[-1]
     lower = f.mT if upper else f
-    inv_lower = solve_triangular(lower, eye(n, n, f.dtype).expand(f.shape), upper=False)
+    inv_lower = solve_triangular(lower, eye(n, n, f.dtype).expand(f.shape), False, L._storage.device)
     return out(inv_lower.mT @ inv_lower, L)
 
 
 # ---------------------------------------------------------------- triangular solves
 
 
-def solve_triangular(t: Lz, b: Lz, upper: bool, unit: bool = False) -> Lz:
+def solve_triangular(t: Lz, b: Lz, upper: bool, device, unit: bool = False) -> Lz:
     """``T X = B`` for triangular ``T`` (..., n, n) by substitution, one row of X per step:
     ``X[i] = (B[i] - T[i, :] @ X) / T[i, i]`` while X's unsolved rows are still zero. Only
-    the ``upper`` or lower triangle of T is read; ``unit`` takes its diagonal as ones."""
+    the ``upper`` or lower triangle of T is read; ``unit`` takes its diagonal as ones. The
+    row number i is data (``step``): every step runs the same kernels."""
     t, b = _broadcast_batch(t, b)
     n = t.shape[-1]
     t = triu(t, 1 if unit else 0) if upper else tril(t, -1 if unit else 0)
+    row = index(n, 0)
     x = zeros(b.shape, b.dtype)
     for i in (range(n - 1, -1, -1) if upper else range(n)):
-        r = b.rows(i, i + 1) - t.rows(i, i + 1) @ x
+        at = step(device, i)
+        t_row = t.row_at(at)
+        r = b.row_at(at) - t_row @ x
         if not unit:
-            r = r / t.rows(i, i + 1).cols(i, i + 1)
-        x = x + r.pad(-2, i, n - i - 1)
+            r = r / t_row.col_at(at)
+        x = stored(x + where(row.eq(at), r, 0))
     return x
 
 
-def _solve_tri(a: Lz, b: Lz, upper: bool, left: bool, unit: bool) -> Lz:
+def _solve_tri(a: Lz, b: Lz, upper: bool, left: bool, unit: bool, device) -> Lz:
     if left:
-        return solve_triangular(a, b, upper, unit)
+        return solve_triangular(a, b, upper, device, unit)
     # X A = B  <=>  A^T X^T = B^T (A^T is triangular the other way)
-    return solve_triangular(a.mT, b.mT, not upper, unit).mT
+    return solve_triangular(a.mT, b.mT, not upper, device, unit).mT
 
 
 @register(aten.linalg_solve_triangular.default)
@@ -170,54 +180,56 @@ def linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
                            f"{'AX = B' if left else 'XA = B'} ({x.shape[-2]}x{x.shape[-1]} and "
                            f"{y.shape[-2]}x{y.shape[-1]})")
     x, y = _broadcast_batch(x, y)
-    return out(_solve_tri(x, y, upper, left, unitriangular), a)
+    return out(_solve_tri(x, y, upper, left, unitriangular, a._storage.device), a)
 
 
 @register(aten.triangular_solve.default)
 def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
     x, y = _broadcast_batch(square(a, "triangular_solve"), float_input(b, "triangular_solve"))
+    device = a._storage.device
     if transpose:
-        sol = solve_triangular(x.mT, y, not upper, unitriangular)
+        sol = solve_triangular(x.mT, y, not upper, device, unitriangular)
     else:
-        sol = solve_triangular(x, y, upper, unitriangular)
+        sol = solve_triangular(x, y, upper, device, unitriangular)
     return out(sol, b), out(x, a)
 
 
 # ---------------------------------------------------------------- LU with partial pivoting
 
 
-def lu_factor(a: Lz, pivot: bool = True) -> tuple[Lz, Lz, Lz]:
+def lu_factor(a: Lz, device, pivot: bool = True) -> tuple[Lz, Lz, Lz]:
     """getrf: (LU, pivots (..., 1, k) int64 1-based, info (..., 1, 1) int64) of ``a`` (..., m, n).
 
     Step j picks the first row >= j of largest |A[i, j]| (LAPACK's idamax), swaps it with row j
     across the whole matrix as a rank-one update ``A += (e_j - e_p)(A[p] - A[j])``, divides the
     column below the pivot by it (not when it is zero: ``info`` records the first such j) and
-    updates the trailing block. The swaps are recorded as getrf's 1-based pivots.
+    updates the trailing block. The swaps are recorded as getrf's 1-based pivots. The step
+    number j is data (``step``): every step runs the same kernels.
     """
     *batch, m, n = a.shape
     k = min(m, n)
-    row, col = index(m, 0), index(n, 1)
+    row, col, piv_col = index(m, 0), index(n, 1), index(k, 1)
     info = zeros(tuple(batch) + (1, 1), dtypes.int64)
     pivots = zeros(tuple(batch) + (1, k), dtypes.int64)
     for j in range(k):
-        column = a.cols(j, j + 1)
+        at = step(device, j)
         if pivot:
-            size = where(row.ge(j), column.abs(), -1)
+            size = where(row.ge(at), a.col_at(at).abs(), -1)
             best = size.max(-2)
             p = where(size.eq(best), row, m).min(-2)  # first row of the largest |value|
-            swap = mask(row.eq(j), a.dtype) - mask(row.eq(p), a.dtype)
+            swap = mask(row.eq(at), a.dtype) - mask(row.eq(p), a.dtype)
             a = a - swap * (swap * a).sum(-2)
-            pivots = pivots + where(index(k, 1).eq(j), p + 1, 0)
+            pivots = stored(pivots + where(piv_col.eq(at), p + 1, 0))
         else:
-            pivots = pivots + where(index(k, 1).eq(j), j + 1, 0)
-        column = a.cols(j, j + 1)
-        u = column.rows(j, j + 1)
+            pivots = stored(pivots + where(piv_col.eq(at), at + 1, 0))
+        column = a.col_at(at)
+        u = column.row_at(at)
         zero = u.eq(0)
-        info = where(info.eq(0) & zero, j + 1, info)
-        below = row.gt(j)
+        info = stored(where(info.eq(0) & zero, at + 1, info))
+        below = row.gt(at)
         lower = where(below, where(zero, column, column / u), 0)
-        urow = where(col.gt(j), a.rows(j, j + 1), 0)
-        a = where(col.eq(j) & below, lower, a - lower * urow)
+        urow = where(col.gt(at), a.row_at(at), 0)
+        a = stored(where(col.eq(at) & below, lower, a - lower * urow))
     return a, pivots, info
 
 
@@ -233,14 +245,14 @@ def linalg_lu_factor_ex(a, *, pivot=True, check_errors=False):
     x = _lu_check(a, "torch.linalg.lu_factor_ex")
     if not pivot:
         raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
-    lu, piv, info = lu_factor(x, pivot)
+    lu, piv, info = lu_factor(x, a._storage.device, pivot)
     info = out(_batch_info(info), a)
     if check_errors:
         _check_errors(info, "torch.linalg.lu_factor_ex", a.dim() == 2)
     return out(lu, a), out(_pivots(piv), a), info
 
 
-def permutation(pivots: Lz, m: int) -> Lz:
+def permutation(pivots: Lz, m: int, device) -> Lz:
     """The permutation matrix P (..., m, m) with ``A = P L U`` from getrf pivots (..., 1, k):
     the row order ``perm`` starts as 0..m-1 and takes each swap ``j <-> pivots[j] - 1`` in
     turn (one-hot selects); ``P[r, c] = (r == perm[c])``."""
@@ -248,10 +260,11 @@ def permutation(pivots: Lz, m: int) -> Lz:
     perm = index(m, 1).expand(pivots.shape[:-2] + (1, m))
     at = index(m, 1)
     for j in range(k):
-        p = pivots.cols(j, j + 1) - 1
-        at_j = perm.cols(j, j + 1)
+        number = step(device, j)
+        p = pivots.col_at(number) - 1
+        at_j = perm.col_at(number)
         at_p = where(at.eq(p), perm, 0).sum(-1)
-        perm = where(at.eq(j), at_p, where(at.eq(p), at_j, perm))
+        perm = stored(where(at.eq(number), at_p, where(at.eq(p), at_j, perm)))
     return mask(index(m, 0).eq(perm), dtypes.int64)
 
 
@@ -267,9 +280,9 @@ def linalg_lu(a, *, pivot=True):
     x = _lu_check(a, "linalg.lu")
     if not pivot:
         raise RuntimeError("linalg.lu: LU without pivoting is not implemented on the CPU")
-    lu, piv, _ = lu_factor(x, pivot)
+    lu, piv, _ = lu_factor(x, a._storage.device, pivot)
     L, U = _unpack(lu)
-    P = permutation(piv, x.shape[-2]).cast(x.dtype)
+    P = permutation(piv, x.shape[-2], a._storage.device).cast(x.dtype)
     return out(P, a), out(L, a), out(U, a)
 
 
@@ -288,24 +301,24 @@ def lu_unpack(lu, pivots, unpack_data=True, unpack_pivots=True):
         piv = piv.reshape(piv.shape[:-1] + (1, piv.shape[-1]))
         if piv.shape[-1] != k:
             raise RuntimeError("lu_unpack: LU_pivots.size(-1) must be equal to min(LU.size(-2), LU.size(-1))")
-        P = out(permutation(piv, m).cast(x.dtype).expand(x.shape[:-2] + (m, m)), lu)
+        P = out(permutation(piv, m, lu._storage.device).cast(x.dtype).expand(x.shape[:-2] + (m, m)), lu)
     else:
         P = empty((0,), x.dtype, lu)
     return P, L_t, U_t
 
 
-def lu_solve(lu: Lz, piv: Lz, b: Lz, left: bool = True, adjoint: bool = False) -> Lz:
+def lu_solve(lu: Lz, piv: Lz, b: Lz, device, left: bool = True, adjoint: bool = False) -> Lz:
     """X with ``A X = B`` (``left``; else ``X A = B``; ``adjoint`` uses A^T) for A = P L U."""
     if not left:  # X A = B <=> A^T X^T = B^T
-        return lu_solve(lu, piv, b.mT, True, not adjoint).mT
+        return lu_solve(lu, piv, b.mT, device, True, not adjoint).mT
     n = lu.shape[-1]
-    P = permutation(piv, n).cast(lu.dtype)
+    P = permutation(piv, n, device).cast(lu.dtype)
     if adjoint:  # U^T L^T P^T X = B
-        y = solve_triangular(lu.mT, b, upper=False)
-        y = solve_triangular(lu.mT, y, upper=True, unit=True)
+        y = solve_triangular(lu.mT, b, False, device)
+        y = solve_triangular(lu.mT, y, True, device, unit=True)
         return P @ y
-    y = solve_triangular(lu, P.mT @ b, upper=False, unit=True)
-    return solve_triangular(lu, y, upper=True)
+    y = solve_triangular(lu, P.mT @ b, False, device, unit=True)
+    return solve_triangular(lu, y, True, device)
 
 
 @register(aten.linalg_lu_solve.default)
@@ -321,7 +334,7 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     batch = broadcast_shape(x.shape[:-2], y.shape[:-2], piv.shape[:-2])
     x, y = x.expand(batch + x.shape[-2:]), y.expand(batch + y.shape[-2:])
     piv = piv.expand(batch + piv.shape[-2:])
-    return out(lu_solve(x, piv, y, left, adjoint), B)
+    return out(lu_solve(x, piv, y, B._storage.device, left, adjoint), B)
 
 
 # ---------------------------------------------------------------- solve, inverse, determinants
@@ -347,10 +360,11 @@ def linalg_solve_ex(a, b, *, left=True, check_errors=False):
     if (y.shape[-2] if left else y.shape[-1]) != n:
         raise RuntimeError(f"{api}: Incompatible shapes of A and B for the equation "
                            f"{'AX = B' if left else 'XA = B'} ({n}x{n} and {y.shape[-2]}x{y.shape[-1]})")
-    lu, piv, info = lu_factor(x)
+    device = a._storage.device
+    lu, piv, info = lu_factor(x, device)
     batch = broadcast_shape(x.shape[:-2], y.shape[:-2])
     xs = lu_solve(lu.expand(batch + (n, n)), piv.expand(batch + piv.shape[-2:]),
-                  y.expand(batch + y.shape[-2:]), left)
+                  y.expand(batch + y.shape[-2:]), device, left)
     if vector:
         xs = xs.reshape(xs.shape[:-1] if left else xs.shape[:-2] + xs.shape[-1:])
     info = out(_batch_info(info), a)
@@ -363,19 +377,19 @@ def linalg_solve_ex(a, b, *, left=True, check_errors=False):
 def linalg_inv_ex(a, *, check_errors=False):
     x = square(a, "linalg.inv")
     n = x.shape[-1]
-    lu, piv, info = lu_factor(x)
-    inv = lu_solve(lu, piv, eye(n, n, x.dtype).expand(x.shape))
+    lu, piv, info = lu_factor(x, a._storage.device)
+    inv = lu_solve(lu, piv, eye(n, n, x.dtype).expand(x.shape), a._storage.device)
     info = out(_batch_info(info), a)
     if check_errors:
         _check_errors(info, "linalg.inv_ex", a.dim() == 2)
     return out(inv, a), info
 
 
-def _det_parts(x: Lz, contiguous: bool) -> tuple[Lz, Lz, Lz, Lz]:
+def _det_parts(x: Lz, contiguous: bool, device) -> tuple[Lz, Lz, Lz, Lz]:
     """(LU, pivots (..., 1, n), diagonal of U (..., n, 1), permutation sign (..., 1, 1)).
     Like ATen, a contiguous A is factored as A^T (det(A^T) = det(A)): the LU output is what
     the backward formulas of det/slogdet solve with, so it must be the same factorization."""
-    lu, piv, _ = lu_factor(x.mT if contiguous else x)
+    lu, piv, _ = lu_factor(x.mT if contiguous else x, device)
     n = x.shape[-1]
     swaps = mask(piv.ne(index(n, 1) + 1), dtypes.int64).sum(-1)
     sign = 1 - 2 * swaps._bin("mod", 2)
@@ -385,7 +399,7 @@ def _det_parts(x: Lz, contiguous: bool) -> tuple[Lz, Lz, Lz, Lz]:
 @register(aten._linalg_det.default)
 def linalg_det(a):
     x = square(a, "linalg.det")
-    lu, piv, diag, sign = _det_parts(x, a.is_contiguous())
+    lu, piv, diag, sign = _det_parts(x, a.is_contiguous(), a._storage.device)
     det = (diag.reduce("prod", -2) * sign)
     det = det.reshape(det.shape[:-2])
     return out(det, a), out(lu, a), out(_pivots(piv), a)
@@ -394,7 +408,7 @@ def linalg_det(a):
 @register(aten._linalg_slogdet.default)
 def linalg_slogdet(a):
     x = square(a, "linalg.slogdet")
-    lu, piv, diag, sign = _det_parts(x, a.is_contiguous())
+    lu, piv, diag, sign = _det_parts(x, a.is_contiguous(), a._storage.device)
     signs = (mask(diag.gt(0), x.dtype) - mask(diag.lt(0), x.dtype)).reduce("prod", -2) * sign
     logabs = diag.abs().log().sum(-2)
     batch = x.shape[:-2]
@@ -458,14 +472,16 @@ def _swap_rows(x: Lz, e: Lz) -> Lz:
     return x - e * (e * x).sum(-2)
 
 
-def ldl_factor(a: Lz) -> tuple[Lz, Lz, Lz]:
+def ldl_factor(a: Lz, device) -> tuple[Lz, Lz, Lz]:
     """sytf2 (lower): ``P A P^T = L D L^T`` with 1x1 and 2x2 pivots chosen by Bunch-Kaufman.
     Returns (LD: L's multipliers below D's blocks, lower triangle), pivots (..., 1, n) int64 in
     LAPACK's format (k+1 for a 1x1 step exchanging k with k; -(p+1) twice for a 2x2 block),
     info (..., 1, 1)). Step k is a data-dependent 1x1 or 2x2 step: both are computed and one is
     selected; after a 2x2 step the next column is part of the block and its step does nothing.
     The matrix is kept symmetric (full) so that the interchanges of the trailing block are plain
-    row-and-column swaps; rows of L already computed are not exchanged (LAPACK's product form)."""
+    row-and-column swaps; rows of L already computed are not exchanged (LAPACK's product form).
+    The step number k is data (``step``): every step runs the same kernels (at the last step
+    the 2x2 candidate reads beyond the matrix, as zeros, and is never selected)."""
     *batch, n, _ = a.shape
     low = tril(a)
     s = low + tril(low, -1).mT
@@ -474,10 +490,11 @@ def ldl_factor(a: Lz) -> tuple[Lz, Lz, Lz]:
     info = zeros(tuple(batch) + (1, 1), ints)
     pivots = zeros(tuple(batch) + (1, n), ints)
     skip = info.ne(0)  # this column is the second half of the previous 2x2 block
-    for k in range(n):
+    for number in range(n):
+        k = step(device, number)
         active = ~skip
-        akk = s.rows(k, k + 1).cols(k, k + 1)
-        column = where(row.gt(k), s.cols(k, k + 1).abs(), -1)
+        akk = s.row_at(k).col_at(k)
+        column = where(row.gt(k), s.col_at(k).abs(), -1)
         colmax = column.max(-2).maximum(0)
         imax = where(column.eq(colmax) & row.gt(k), row, n).min(-2)
         at_imax = mask(row.eq(imax), s.dtype)  # (..., n, 1)
@@ -486,9 +503,7 @@ def ldl_factor(a: Lz) -> tuple[Lz, Lz, Lz]:
         aii = where(col.eq(imax), imax_row, 0).sum(-1)
         zero = akk.abs().maximum(colmax).eq(0)
         no_swap = akk.abs().ge(_BK_ALPHA * colmax) | akk.abs().ge(_BK_ALPHA * colmax * (colmax / rowmax))
-        two = ~zero & ~no_swap & aii.abs().lt(_BK_ALPHA * rowmax)
-        if k == n - 1:
-            two = two & False
+        two = ~zero & ~no_swap & aii.abs().lt(_BK_ALPHA * rowmax) & k.lt(n - 1)
         kp = where(zero | no_swap, k, imax)
         kk = where(two, k + 1, k)
         # interchange kk <-> kp inside the trailing block (rows and columns >= k)
@@ -496,104 +511,98 @@ def ldl_factor(a: Lz) -> tuple[Lz, Lz, Lz]:
         trailing = row.ge(k) & col.ge(k)
         s = where(trailing, _swap_rows(s, e), s)
         s = where(trailing, _swap_rows(s.mT, e).mT, s)
-        x = s.cols(k, k + 1)
-        d = s.rows(k, k + 1).cols(k, k + 1)
+        x = s.col_at(k)
+        d = x.row_at(k)
         below = row.gt(k)
         x1 = where(below, x, 0)
         one = where(below & col.gt(k), s - x1 * x1.mT / d, s)
         one = where(col.eq(k) & below, x * (1 / d), one)
-        step = where(zero, s, one)
-        if k + 1 < n:
-            xk1 = s.cols(k + 1, k + 2)
-            d21 = s.rows(k + 1, k + 2).cols(k, k + 1)
-            d11 = s.rows(k + 1, k + 2).cols(k + 1, k + 2) / d21
-            d22 = d / d21
-            t = 1 / (d11 * d22 - 1)
-            d21 = t / d21
-            rest = row.gt(k + 1)
-            wk = where(rest, d21 * (d11 * x - xk1), 0)
-            wk1 = where(rest, d21 * (d22 * xk1 - x), 0)
-            update = where(rest, x, 0) * wk.mT + where(rest, xk1, 0) * wk1.mT
-            block = where(rest & col.gt(k + 1), s - update, s)
-            block = where(col.eq(k) & rest, wk, where(col.eq(k + 1) & rest, wk1, block))
-            step = where(two, block, step)
-        s = where(active, step, s)
+        chosen = where(zero, s, one)
+        xk1 = s.col_at(k + 1)
+        d21 = x.row_at(k + 1)
+        d11 = xk1.row_at(k + 1) / d21
+        d22 = d / d21
+        t = 1 / (d11 * d22 - 1)
+        d21 = t / d21
+        rest = row.gt(k + 1)
+        wk = where(rest, d21 * (d11 * x - xk1), 0)
+        wk1 = where(rest, d21 * (d22 * xk1 - x), 0)
+        update = where(rest, x, 0) * wk.mT + where(rest, xk1, 0) * wk1.mT
+        block = where(rest & col.gt(k + 1), s - update, s)
+        block = where(col.eq(k) & rest, wk, where(col.eq(k + 1) & rest, wk1, block))
+        chosen = where(two, block, chosen)
+        s = where(active, chosen, s)
         # LAPACK updates the lower triangle only: mirror it so the full matrix stays symmetric
-        s = where(row.ge(col), s, s.mT)
-        info = where(active & zero & info.eq(0), k + 1, info)
+        s = stored(where(row.ge(col), s, s.mT))
+        info = stored(where(active & zero & info.eq(0), k + 1, info))
         code = where(two, -(kp + 1), kp + 1)
         pivots = where(active & index(n, 1).eq(k), code, pivots)
-        pivots = where(active & two & index(n, 1).eq(k + 1), code, pivots)
-        skip = active & two
+        pivots = stored(where(active & two & index(n, 1).eq(k + 1), code, pivots))
+        skip = stored(active & two)
     return tril(s), pivots, info
 
 
 @register(aten.linalg_ldl_factor_ex.default)
 def linalg_ldl_factor_ex(a, *, hermitian=False, check_errors=False):
     x = square(a, "torch.linalg.ldl_factor_ex")
-    ld, piv, info = ldl_factor(x)
+    ld, piv, info = ldl_factor(x, a._storage.device)
     info = out(_batch_info(info), a)
     if check_errors:
         _check_errors(info, "torch.linalg.ldl_factor_ex", a.dim() == 2)
     return out(ld, a), out(_pivots(piv), a), info
 
 
-def ldl_solve(ld: Lz, piv: Lz, b: Lz) -> Lz:
+def ldl_solve(ld: Lz, piv: Lz, b: Lz, device) -> Lz:
     """sytrs (lower): ``A X = B`` from sytf2's factors. Forward: apply each step's interchange
     and solve with L's column and D's block; backward: L^T's columns, then the interchanges in
     reverse. Blocks are found from the (data) pivots as in the factorization: a negative pivot
-    not already consumed starts (going forward) or ends (going backward) a 2x2 block."""
+    not already consumed starts (going forward) or ends (going backward) a 2x2 block. The step
+    number is data (``step``); a 2x2 candidate beyond the matrix reads zeros and is not taken."""
     n = ld.shape[-1]
     row = index(n, 0)
     dt = b.dtype
-    at = lambda i: mask(row.eq(i), dt)
+    one_hot = lambda i: mask(row.eq(i), dt)
     skip = piv.cols(0, 1).ne(piv.cols(0, 1))
-    for k in range(n):
-        p = piv.cols(k, k + 1)
+    for number in range(n):
+        k = step(device, number)
+        p = piv.col_at(k)
         active = ~skip
-        two = active & p.lt(0)
-        if k == n - 1:
-            two = two & False
+        two = active & p.lt(0) & k.lt(n - 1)
         kp = where(p.lt(0), -p - 1, p - 1)
-        e = where(active & kp.ne(where(two, k + 1, k)), at(where(two, k + 1, k)) - at(kp), 0)
+        e = where(active & kp.ne(where(two, k + 1, k)), one_hot(where(two, k + 1, k)) - one_hot(kp), 0)
         b = _swap_rows(b, e)
-        bk = b.rows(k, k + 1)
-        lk = where(row.gt(k), ld.cols(k, k + 1), 0)
-        dkk = ld.rows(k, k + 1).cols(k, k + 1)
-        one = b - lk * bk
-        one = where(row.eq(k), bk / dkk, one)
-        step = one
-        if k + 1 < n:
-            bk1 = b.rows(k + 1, k + 2)
-            rest = row.gt(k + 1)
-            blk = b - where(rest, ld.cols(k, k + 1), 0) * bk - where(rest, ld.cols(k + 1, k + 2), 0) * bk1
-            akm1k = ld.rows(k + 1, k + 2).cols(k, k + 1)
-            akm1 = dkk / akm1k
-            ak = ld.rows(k + 1, k + 2).cols(k + 1, k + 2) / akm1k
-            denom = akm1 * ak - 1
-            bkm1, bkk = bk / akm1k, bk1 / akm1k
-            blk = where(row.eq(k + 1), (akm1 * bkk - bkm1) / denom, blk)
-            blk = where(row.eq(k), (ak * bkm1 - bkk) / denom, blk)
-            step = where(two, blk, step)
-        b = where(active, step, b)
-        skip = two
+        bk = b.row_at(k)
+        lk = where(row.gt(k), ld.col_at(k), 0)
+        dkk = ld.row_at(k).col_at(k)
+        single = b - lk * bk
+        single = where(row.eq(k), bk / dkk, single)
+        bk1 = b.row_at(k + 1)
+        rest = row.gt(k + 1)
+        blk = b - where(rest, ld.col_at(k), 0) * bk - where(rest, ld.col_at(k + 1), 0) * bk1
+        akm1k = ld.row_at(k + 1).col_at(k)
+        akm1 = dkk / akm1k
+        ak = ld.row_at(k + 1).col_at(k + 1) / akm1k
+        denom = akm1 * ak - 1
+        bkm1, bkk = bk / akm1k, bk1 / akm1k
+        blk = where(row.eq(k + 1), (akm1 * bkk - bkm1) / denom, blk)
+        blk = where(row.eq(k), (ak * bkm1 - bkk) / denom, blk)
+        b = stored(where(active, where(two, blk, single), b))
+        skip = stored(two)
     skip = piv.cols(0, 1).ne(piv.cols(0, 1))
-    for k in range(n - 1, -1, -1):
-        p = piv.cols(k, k + 1)
+    for number in range(n - 1, -1, -1):
+        k = step(device, number)
+        p = piv.col_at(k)
         active = ~skip
-        two = active & p.lt(0)
-        if k == 0:
-            two = two & False
+        two = active & p.lt(0) & k.gt(0)
         below = row.gt(k)
-        new_k = b.rows(k, k + 1) - (where(below, ld.cols(k, k + 1), 0) * b).sum(-2)
+        new_k = b.row_at(k) - (where(below, ld.col_at(k), 0) * b).sum(-2)
         b2 = where(row.eq(k), new_k, b)
-        if k > 0:
-            new_km1 = b.rows(k - 1, k) - (where(below, ld.cols(k - 1, k), 0) * b).sum(-2)
-            b2 = where(two & row.eq(k - 1), new_km1, b2)
+        new_km1 = b.row_at(k - 1) - (where(below, ld.col_at(k - 1), 0) * b).sum(-2)
+        b2 = where(two & row.eq(k - 1), new_km1, b2)
         kp = where(p.lt(0), -p - 1, p - 1)
-        e = where(active & kp.ne(k), at(k) - at(kp), 0)
-        b = where(active, _swap_rows(b2, e), b)
-        skip = two
+        e = where(active & kp.ne(k), one_hot(k) - one_hot(kp), 0)
+        b = stored(where(active, _swap_rows(b2, e), b))
+        skip = stored(two)
     return b
 
 
@@ -605,4 +614,4 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
     piv = piv.reshape(piv.shape[:-1] + (1, piv.shape[-1]))
     batch = broadcast_shape(x.shape[:-2], y.shape[:-2], piv.shape[:-2])
     x, y = x.expand(batch + x.shape[-2:]), y.expand(batch + y.shape[-2:])
-    return out(ldl_solve(x, piv.expand(batch + piv.shape[-2:]), y), B)
+    return out(ldl_solve(x, piv.expand(batch + piv.shape[-2:]), y, B._storage.device), B)

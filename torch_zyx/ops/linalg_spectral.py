@@ -22,24 +22,41 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..tensor import ZyxTensor, read, wrap
-from .lazymat import Lz, diagonal, eye, float_input, index, mask, out, square, triu, type_name, where, zeros
+from .lazymat import (
+    Lz,
+    diagonal,
+    eye,
+    float_input,
+    index,
+    mask,
+    out,
+    square,
+    step,
+    stored,
+    triu,
+    type_name,
+    where,
+    zeros,
+)
 from .registry import aten, register
 
 # ---------------------------------------------------------------- Householder QR
 
 
-def householder_vectors(a: Lz) -> tuple[Lz, Lz]:
+def householder_vectors(a: Lz, device) -> tuple[Lz, Lz]:
     """geqrf: R in the upper triangle, the Householder vectors (unit first entry implied)
     below it, and tau (..., 1, k). Reflection j: ``alpha = A[j, j]``, ``x = A[j+1:, j]``,
     ``beta = -sign(alpha) * hypot(alpha, |x|)``, ``tau = (beta - alpha) / beta``,
-    ``v = x / (alpha - beta)`` (LAPACK's dlarfg); ``tau = 0`` (identity) when x is zero."""
+    ``v = x / (alpha - beta)`` (LAPACK's dlarfg); ``tau = 0`` (identity) when x is zero.
+    The step number j is data (``step``): every step runs the same kernels."""
     *batch, m, n = a.shape
     k = min(m, n)
     row, col = index(m, 0), index(n, 1)
     taus = zeros(tuple(batch) + (1, k), a.dtype)
-    for j in range(k):
-        x = a.cols(j, j + 1)
-        alpha = x.rows(j, j + 1)
+    for number in range(k):
+        j = step(device, number)
+        x = a.col_at(j)
+        alpha = x.row_at(j)
         below = row.gt(j)
         xnorm = where(below, x * x, 0).sum(-2).sqrt()
         skip = xnorm.eq(0)
@@ -48,30 +65,32 @@ def householder_vectors(a: Lz) -> tuple[Lz, Lz]:
         tau = where(skip, 0, (beta - alpha) / beta)
         v = where(below, where(skip, x, x / (alpha - beta)), mask(row.eq(j), a.dtype))
         w = (v * a).sum(-2)
-        stored = where(row.lt(j), x, where(row.eq(j), beta, v))
-        a = where(col.eq(j), stored, where(col.gt(j), a - tau * v * w, a))
-        taus = taus + where(index(k, 1).eq(j), tau, 0)
+        kept = where(row.lt(j), x, where(row.eq(j), beta, v))
+        a = stored(where(col.eq(j), kept, where(col.gt(j), a - tau * v * w, a)))
+        taus = stored(taus + where(index(k, 1).eq(j), tau, 0))
     return a, taus
 
 
-def _reflector(vs: Lz, j: int) -> Lz:
+def _reflector(vs: Lz, j: Lz) -> Lz:
     """Householder vector j (..., m, 1) from geqrf's storage: 1 at j, stored entries below."""
     row = index(vs.shape[-2], 0)
-    return where(row.gt(j), vs.cols(j, j + 1), mask(row.eq(j), vs.dtype))
+    return where(row.gt(j), vs.col_at(j), mask(row.eq(j), vs.dtype))
 
 
-def apply_q(vs: Lz, taus: Lz, c: Lz, left: bool = True, transpose: bool = False) -> Lz:
+def apply_q(vs: Lz, taus: Lz, c: Lz, device, left: bool = True, transpose: bool = False) -> Lz:
     """``Q C``, ``Q^T C``, ``C Q`` or ``C Q^T`` for ``Q = H_0 H_1 ... H_{k-1}`` given by geqrf's
-    vectors and taus (..., 1, k), one reflection ``C -= tau v (v^T C)`` per step."""
+    vectors and taus (..., 1, k), one reflection ``C -= tau v (v^T C)`` per step (the step
+    number is data: every step runs the same kernels)."""
     k = taus.shape[-1]
     order = range(k) if left == transpose else range(k - 1, -1, -1)
-    for j in order:
+    for number in order:
+        j = step(device, number)
         v = _reflector(vs, j)
-        tau = taus.cols(j, j + 1)
+        tau = taus.col_at(j)
         if left:
-            c = c - tau * v * (v * c).sum(-2)
+            c = stored(c - tau * v * (v * c).sum(-2))
         else:
-            c = c - tau * (c @ v) * v.mT
+            c = stored(c - tau * (c @ v) * v.mT)
     return c
 
 
@@ -84,7 +103,7 @@ def _taus(tau) -> Lz:
 def geqrf(a):
     if a.dim() < 2:
         raise RuntimeError(f"torch.geqrf: input must have at least 2 dimensions. Got {a.dim()}")
-    vs, taus = householder_vectors(float_input(a, "torch.geqrf"))
+    vs, taus = householder_vectors(float_input(a, "torch.geqrf"), a._storage.device)
     return out(vs, a), out(taus.reshape(taus.shape[:-2] + taus.shape[-1:]), a)
 
 
@@ -104,7 +123,7 @@ def householder_product(a, tau):
         raise RuntimeError(f"{api}: tau dtype {tau.dtype} does not match input dtype {a.dtype}")
     vs = float_input(a, api)
     m, n = vs.shape[-2:]
-    return out(apply_q(vs, _taus(tau), eye(m, n, vs.dtype).expand(vs.shape)), a)
+    return out(apply_q(vs, _taus(tau), eye(m, n, vs.dtype).expand(vs.shape), a._storage.device), a)
 
 
 @register(aten.ormqr.default)
@@ -116,19 +135,19 @@ def ormqr(a, tau, other, left=True, transpose=False):
     if a.dtype != other.dtype or a.dtype != tau.dtype:
         raise RuntimeError(f"{api}: Expected input and other to have the same dtype, but got "
                            f"{type_name(a.dtype)} and {type_name(other.dtype)}")
-    return out(apply_q(vs, _taus(tau), c, left, transpose), other)
+    return out(apply_q(vs, _taus(tau), c, other._storage.device, left, transpose), other)
 
 
-def qr(x: Lz, mode: str) -> tuple[Lz | None, Lz]:
+def qr(x: Lz, mode: str, device) -> tuple[Lz | None, Lz]:
     m, n = x.shape[-2:]
     k = min(m, n)
-    vs, taus = householder_vectors(x)
+    vs, taus = householder_vectors(x, device)
     if mode == "complete":
         r = triu(vs)
-        q = apply_q(vs, taus, eye(m, m, x.dtype).expand(x.shape[:-2] + (m, m)))
+        q = apply_q(vs, taus, eye(m, m, x.dtype).expand(x.shape[:-2] + (m, m)), device)
     else:
         r = triu(vs.rows(0, k))
-        q = None if mode == "r" else apply_q(vs, taus, eye(m, k, x.dtype).expand(x.shape[:-2] + (m, k)))
+        q = None if mode == "r" else apply_q(vs, taus, eye(m, k, x.dtype).expand(x.shape[:-2] + (m, k)), device)
     return q, r
 
 
@@ -139,7 +158,7 @@ def linalg_qr(a, mode="reduced"):
                            "(default), 'r', or 'complete'")
     if a.dim() < 2:
         raise RuntimeError("linalg.qr: The input tensor A must have at least 2 dimensions.")
-    q, r = qr(float_input(a, "linalg.qr"), mode)
+    q, r = qr(float_input(a, "linalg.qr"), mode, a._storage.device)
     q_t = out(q, a) if q is not None else out(zeros((0,), r.dtype), a)
     return q_t, out(r, a)
 
@@ -155,12 +174,13 @@ def jacobi_sweeps(n: int) -> int:
     return 6 + max(0, math.ceil(math.log2(max(n, 2))) - 3)
 
 
-def _round_rotation(gram: Lz, r: int) -> Lz:
+def _round_rotation(gram: Lz, r: Lz) -> Lz:
     """The orthogonal J (..., N, N) of round ``r`` for the symmetric ``gram``: the N/2 disjoint
     pairs (p, q) of the circle schedule (index N-1 meets r; i meets (2r - i) mod (N-1)) each get
     the rotation ``[[c, s], [-s, c]]`` that zeroes ``gram[p, q]`` in ``J^T gram J``
     (Golub & Van Loan's symmetric Schur: ``t = sign(θ) / (|θ| + sqrt(1 + θ²))``,
-    ``θ = (g_qq - g_pp) / (2 g_pq)``; ``t = 0`` when ``g_pq`` is 0)."""
+    ``θ = (g_qq - g_pp) / (2 g_pq)``; ``t = 0`` when ``g_pq`` is 0). The round number is data
+    (``step``): every round runs the same kernels."""
     n = gram.shape[-1]
     i = index(n, 0)
     turned = (2 * r + (n - 1) - i)._bin("mod", n - 1)
@@ -183,7 +203,7 @@ def _even(n: int) -> int:
     return n + n % 2
 
 
-def jacobi_eigh(a: Lz) -> tuple[Lz, Lz]:
+def jacobi_eigh(a: Lz, device) -> tuple[Lz, Lz]:
     """Eigenvalues (..., n, 1) (unsorted) and eigenvectors (columns) of symmetric ``a``:
     ``A <- J^T A J``, ``V <- V J`` for every round of every sweep. An odd n gets a zero
     row and column that every rotation leaves alone (its pairs have g_pq = 0), dropped at the end."""
@@ -194,13 +214,13 @@ def jacobi_eigh(a: Lz) -> tuple[Lz, Lz]:
     v = eye(big, big, a.dtype).expand(a.shape)
     for _ in range(jacobi_sweeps(n)):
         for r in range(big - 1):
-            j = _round_rotation(a, r)
+            j = _round_rotation(a, step(device, r))
             a = j.mT @ a @ j
             v = v @ j
     return diagonal(a).rows(0, n), v.rows(0, n).cols(0, n)
 
 
-def jacobi_svd(a: Lz) -> tuple[Lz, Lz, Lz]:
+def jacobi_svd(a: Lz, device) -> tuple[Lz, Lz, Lz]:
     """One-sided (Hestenes) Jacobi on ``a`` (..., m, n), m >= n: rotate column pairs of
     ``U = A V`` until they are orthogonal, each round's angles from the Gram matrix ``U^T U``
     recomputed from U (the accurate variant: no squared condition number accumulates).
@@ -211,7 +231,7 @@ def jacobi_svd(a: Lz) -> tuple[Lz, Lz, Lz]:
     v = eye(big, big, a.dtype).expand(a.shape[:-2] + (big, big))
     for _ in range(jacobi_sweeps(n)):
         for r in range(big - 1):
-            j = _round_rotation(u.mT @ u, r)
+            j = _round_rotation(u.mT @ u, step(device, r))
             u = u @ j
             v = v @ j
     u = u.cols(0, n)
@@ -231,11 +251,11 @@ def _order(values: Lz, descending: bool) -> Lz:
     return mask(rank.eq(col), values.dtype)
 
 
-def eigh(x: Lz, upper: bool) -> tuple[Lz, Lz]:
+def eigh(x: Lz, upper: bool, device) -> tuple[Lz, Lz]:
     """(ascending eigenvalues (..., n, 1), eigenvectors) of the symmetric matrix whose lower
     (or ``upper``) triangle ``x`` holds."""
     tri = triu(x if upper else x.mT)  # the triangle LAPACK reads, as an upper one
-    values, vectors = jacobi_eigh(tri + triu(tri, 1).mT)
+    values, vectors = jacobi_eigh(tri + triu(tri, 1).mT, device)
     order = _order(values, descending=False)
     return order.mT @ values, vectors @ order
 
@@ -250,36 +270,36 @@ def linalg_eigh(a, UPLO="L", compute_v=True):
         values = zeros(x.shape[:-1], x.dtype)
         vectors = zeros(x.shape if compute_v else (0,), x.dtype)
         return out(values, a), out(vectors, a)
-    values, vectors = eigh(x, UPLO == "U")
+    values, vectors = eigh(x, UPLO == "U", a._storage.device)
     vals = out(values.reshape(values.shape[:-1]), a)
     return vals, out(vectors if compute_v else zeros((0,), x.dtype), a)
 
 
-def svd(x: Lz, full: bool) -> tuple[Lz, Lz, Lz]:
+def svd(x: Lz, full: bool, device) -> tuple[Lz, Lz, Lz]:
     """(U, descending sigma (..., k), Vh) of ``x`` (..., m, n); ``full`` completes U (or V) to
     a square orthogonal matrix through a Householder QR of the normalized columns."""
     m, n = x.shape[-2:]
     if m < n:
-        v, s, uh = svd(x.mT, full)
+        v, s, uh = svd(x.mT, full, device)
         return uh.mT, s, v.mT
-    u, sigma, v = jacobi_svd(x)
+    u, sigma, v = jacobi_svd(x, device)
     order = _order(sigma.mT, descending=True)
     sigma = (order.mT @ sigma.mT).mT
     u, v = u @ order, v @ order
     u = u / where(sigma.gt(0), sigma, 1)
     # Columns of zero singular values are zero here: completing always keeps U orthonormal.
-    u = _complete(u, m if full else n)
+    u = _complete(u, m if full else n, device)
     return u, sigma.reshape(sigma.shape[:-2] + sigma.shape[-1:]), v.mT
 
 
-def _complete(u: Lz, cols: int) -> Lz:
+def _complete(u: Lz, cols: int, device) -> Lz:
     """Orthonormal columns extending ``u``'s (..., m, n) orthonormal-or-zero columns to
     ``cols``: Householder QR of u, Q's columns signed like R's diagonal (a nonzero column of u
     comes back as itself; a zero column or a new one gets a unit vector orthogonal to the
     others)."""
     m, n = u.shape[-2:]
-    vs, taus = householder_vectors(u)
-    q = apply_q(vs, taus, eye(m, cols, u.dtype).expand(u.shape[:-2] + (m, cols)))
+    vs, taus = householder_vectors(u, device)
+    q = apply_q(vs, taus, eye(m, cols, u.dtype).expand(u.shape[:-2] + (m, cols)), device)
     signs = (1 - 2 * mask(diagonal(vs).lt(0), u.dtype)).mT  # (..., 1, n)
     signs = signs.pad(-1, 0, cols - n) + mask(index(cols, 1).ge(n), u.dtype)
     return q * signs
@@ -300,7 +320,7 @@ def linalg_svd(a, full_matrices=False, compute_uv=True, *, driver=None):
         ucols, vrows = (m, n) if full_matrices else (k, k)
         return (out(eye(m, ucols, x.dtype).expand(batch + (m, ucols)), a), out(s, a),
                 out(eye(vrows, n, x.dtype).expand(batch + (vrows, n)), a))
-    u, s, vh = svd(x, full_matrices and compute_uv)
+    u, s, vh = svd(x, full_matrices and compute_uv, a._storage.device)
     if not compute_uv:
         return out(zeros((0,), x.dtype), a), out(s, a), out(zeros((0,), x.dtype), a)
     return out(u, a), out(s, a), out(vh, a)
@@ -336,13 +356,13 @@ def linalg_pinv(a, *, atol=None, rtol=None, hermitian=False):
     if atol_n is None:
         atol_n = Lz(g.const(0, x.dtype, ()))
     if hermitian:
-        values, vectors = eigh(x, upper=False)
+        values, vectors = eigh(x, False, a._storage.device)
         values = values.mT  # (..., 1, n)
         size = values.abs()
         tol = atol_n.maximum(rtol_n * size.max(-1))
         inv = where(size.gt(tol), 1 / values, 0)
         return out((vectors * inv) @ vectors.mT, a)
-    u, s, vh = svd(x, full=False)
+    u, s, vh = svd(x, False, a._storage.device)
     s = s.reshape(s.shape[:-1] + (1, s.shape[-1]))
     tol = atol_n.maximum(rtol_n * s.cols(0, 1))
     inv = where(s.gt(tol), 1 / s, 0)
@@ -383,7 +403,7 @@ def linalg_lstsq(a, b, rcond=None, *, driver=None):
         s = zeros(batch + (k,), x.dtype)
         rank = zeros(batch, dtypes.int64)
     else:
-        u, s, vh = svd(x, full=False)
+        u, s, vh = svd(x, False, device)
         srow = s.reshape(s.shape[:-1] + (1, k))
         cutoff = (torch.finfo(a.dtype).eps * max(m, n) if rcond is None or rcond < 0 else rcond)
         keep = srow.gt(srow.cols(0, 1) * cutoff)
@@ -435,8 +455,10 @@ def linalg_matrix_exp(a):
     scaled = x / Lz(g.unary("exp2", steps.cast(work).node))
     ident = eye(n, n, work).expand(x.shape)
     result = ident
+    device = a._storage.device
+    # The term number and the squaring number are data (``step``): one kernel set for all.
     for d in range(13, 0, -1):
-        result = ident + (scaled @ result) / d
+        result = stored(ident + (scaled @ result) / step(device, d).cast(work))
     for i in range(most):
-        result = where(steps.gt(i), result @ result, result)
+        result = stored(where(steps.gt(step(device, i)), result @ result, result))
     return out(Lz(g.cast(result.node, node.dtype)), a)
