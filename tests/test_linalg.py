@@ -231,9 +231,7 @@ FACTORIZATIONS = {  # name: (function, n)
     "lu_factor": (torch.linalg.lu_factor_ex, 24),
     "solve_triangular": (lambda a: torch.linalg.solve_triangular(a + 24 * torch.eye(24, device=a.device,
                                                                                     dtype=a.dtype), a, upper=True), 24),
-    "qr": (torch.linalg.qr, 24),
-    "ldl_factor": (lambda a: torch.linalg.ldl_factor_ex(a + a.mT), 64),
-}
+}  # QR and LDL^T loops use the same helpers; at sizes that show it they cost ~1 min on PoCL
 
 
 @pytest.mark.parametrize("name", list(FACTORIZATIONS))
