@@ -92,9 +92,7 @@ def _assign(dst, value) -> None:
         dst.copy_(value)
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
-            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+_dtype_name = registry.dtype_name
 
 
 def torch_dispatch(cls, func, types, args=(), kwargs=None):

@@ -22,7 +22,7 @@ import torch
 
 from ..tensor import ZyxTensor, from_cpu, meta, read, wrap, write
 from .elementwise import addc_by_tensor
-from .registry import LOWERINGS, aten, register
+from .registry import LOWERINGS, aten, dtype_name, register
 
 # Per-tensor op for a foreach base name, when it is not simply ``aten.<name>``; scalar forms of
 # maximum/minimum are clamps.
@@ -158,6 +158,11 @@ def _make_lowering(func):
             results.append(_element(base, call_args, call_kwargs, scalars is not None))
         if not inplace:
             return results
+        if base != "copy":  # (copy_ casts freely; other in-place ops only to a wider dtype)
+            for dst, value in zip(bound[names[0]], results):
+                if value.dtype != dst.dtype and not torch.can_cast(value.dtype, dst.dtype):
+                    raise RuntimeError(f"result type {dtype_name(value.dtype)} can't be cast to the desired "
+                                       f"output type {dtype_name(dst.dtype)}")
         for dst, value in zip(bound[names[0]], results):
             if isinstance(value, ZyxTensor):
                 write(dst, read(value))

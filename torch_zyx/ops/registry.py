@@ -73,6 +73,12 @@ def register(*ops) -> Callable:
     return wrapper
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """``dtype`` as ATen names it in its error messages ("Float", "Long", ...)."""
+    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
+            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+
+
 def device_of(*args):
     for a in args:
         if isinstance(a, ZyxTensor):
