@@ -13,8 +13,8 @@ import hashlib
 import itertools
 import logging
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
 
@@ -30,6 +30,31 @@ _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c
 _SERIAL_WORK = 1 << 15
 # Outer iterations are split into this many chunks per thread.
 _CHUNKS_PER_THREAD = 4
+
+
+class _Workers:
+    """The kernel threads: started on first use, each runs the tasks put in one queue. Lighter
+    per launch than an executor (no future per task): a launch puts one task per thread."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.started = False
+        self.lock = threading.Lock()
+
+    def submit(self, task) -> None:
+        if not self.started:
+            with self.lock:
+                if not self.started:
+                    for i in range(self.count):
+                        # Daemon: an idle kernel thread must not keep the interpreter alive.
+                        threading.Thread(target=self._run, name=f"zyx-cpu-{i}", daemon=True).start()
+                    self.started = True
+        self.queue.put(task)
+
+    def _run(self) -> None:
+        while True:
+            self.queue.get()()
 
 
 class CPUProgram:
@@ -79,7 +104,7 @@ class CPUProgram:
                 event.set(error)
 
         for _ in range(workers):
-            self.device.executor.submit(run_chunks)
+            self.device.workers.submit(run_chunks)
         return event
 
 
@@ -98,9 +123,9 @@ class CPUDevice:
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
             reloc="pic", codemodel="default")
         self.threads = CONFIG.threads
-        self.executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="zyx-cpu")
-        # A forked child (DataLoader workers, forking test runners) inherits the executor but
-        # not its threads: submitted chunks would wait forever. Give the child a fresh one.
+        self.workers = _Workers(self.threads)
+        # A forked child (DataLoader workers, forking test runners) inherits the workers' queue
+        # but not their threads: submitted chunks would wait forever. Give the child fresh ones.
         os.register_at_fork(after_in_child=self._after_fork_in_child)
         self.pool = HostPool()
         self._cache_dir = CONFIG.cache_dir / "llvm"
@@ -108,7 +133,7 @@ class CPUDevice:
         self.vector_bits = 512 if "+avx512f" in llvm.get_host_cpu_features().flatten() else 256
 
     def _after_fork_in_child(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="zyx-cpu")
+        self.workers = _Workers(self.threads)
         self._lock = threading.Lock()
 
     def describe(self) -> str:
