@@ -585,6 +585,26 @@ def test_nn_functional():
     check(lambda a, y: F.nll_loss(a, y, ignore_index=2), x, labels)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss_lowered_with_gradients(reduction, weighted, no_fallback):
+    """nll_loss forward and backward are zyx lowerings (class weights, ignore_index, 1-d input)."""
+    gen = torch.Generator().manual_seed(3)
+    for shape, target in (((5, 7), torch.tensor([0, 2, 6, 2, 3])), ((7,), torch.tensor(4))):
+        for ignore_index in (-100, 2):
+            x = torch.randn(shape, generator=gen)
+            weight = torch.rand(7, generator=gen) if weighted else None
+            results = []
+            for device in ("cpu", "zyx"):
+                xd = x.to(device).detach().requires_grad_()
+                wd = None if weight is None else weight.to(device)
+                loss = F.nll_loss(xd, target.to(device), weight=wd, reduction=reduction,
+                                  ignore_index=ignore_index)
+                loss.backward(torch.linspace(0.5, 1.5, loss.numel()).reshape(loss.shape).to(device))
+                results.append((loss.detach().cpu(), xd.grad.cpu()))
+            torch.testing.assert_close(results[1], results[0], equal_nan=True)
+
+
 def test_dropout():
     x = make((8, 16), torch.float32, positive=True)
     check(lambda t: F.dropout(t, p=0.0), x)

@@ -1,5 +1,5 @@
 """Neural-network lowerings: softmax/log_softmax (+ backward), layer norm (+ backward),
-mse loss. Each stays within a few kernels: reductions store, elementwise work fuses around them.
+mse loss, nll loss (+ backward). Each stays within a few kernels: reductions store, elementwise work fuses around them.
 """
 
 from __future__ import annotations
@@ -133,6 +133,69 @@ def mse_loss(x, target, reduction=1):
     if reduction == 1:
         total = g.binary("div", total, g.const(float(math.prod(shape)), total.dtype, ()))
     return wrap(total, x._storage.device)
+
+
+# ------------------------------------------------------------------------------------ nll loss
+# Direct lowerings instead of PyTorch's decomposition (a dozen dispatched ops each way): the
+# target's class is picked by comparing it with an iota over classes, so the forward is one
+# reduce over the class axis and the backward one elementwise kernel.
+
+
+def _nll_rows(x, target, weight, ignore_index) -> tuple[Node, Node, Node, Node]:
+    """(input as (N, C) in the accumulation dtype, the one-hot of the targets (N, C), each
+    row's weight (N,) — zero where the target is ``ignore_index`` — and the rows' count N)."""
+    node = read(x)
+    node = g.cast(node, _acc_dtype(node.dtype))
+    classes = node.shape[-1]
+    rows = 1 if len(node.shape) == 1 else node.shape[0]
+    node = g.reshape(node, (rows, classes))
+    tgt = g.reshape(g.cast(read(target), dtypes.int64), (rows,))
+    wide = (rows, classes)
+    hot = g.binary("eq", g.expand(g.reshape(g.iota((classes,)), (1, classes)), wide),
+                   g.expand(g.reshape(tgt, (rows, 1)), wide))
+    valid = g.binary("ne", tgt, g.const(ignore_index, dtypes.int64, (rows,)))
+    zero = g.const(0.0, node.dtype, (rows,))
+    if weight is None:
+        row_weight = g.where(valid, g.const(1.0, node.dtype, (rows,)), zero)
+    else:
+        w = g.expand(g.reshape(g.cast(read(weight), node.dtype), (1, classes)), wide)
+        picked = g.reduce("sum", g.where(hot, w, g.const(0.0, node.dtype, wide)), (1,))
+        row_weight = g.where(valid, g.reshape(picked, (rows,)), zero)
+    return node, hot, row_weight, rows
+
+
+@register(aten.nll_loss_forward.default)
+def nll_loss_forward(x, target, weight, reduction, ignore_index):
+    node, hot, row_weight, rows = _nll_rows(x, target, weight, ignore_index)
+    wide = node.shape
+    picked = g.reshape(g.reduce("sum", g.where(hot, node, g.const(0.0, node.dtype, wide)), (1,)), (rows,))
+    losses = g.unary("neg", g.binary("mul", picked, row_weight))
+    total_weight = g.reshape(g.reduce("sum", row_weight, (0,)), ())
+    out_dtype, dev = zdtype(x.dtype), x._storage.device
+    if reduction == 0:  # none: one loss per row (a 0-d loss for a 1-d input)
+        out = losses if x.dim() == 2 else g.reshape(losses, ())
+        return wrap(g.cast(out, out_dtype), dev), wrap(g.const(0.0, out_dtype, ()), dev)
+    total = g.reshape(g.reduce("sum", losses, (0,)), ())
+    if reduction == 1:
+        total = g.binary("div", total, total_weight)
+    return wrap(g.cast(total, out_dtype), dev), wrap(g.cast(total_weight, out_dtype), dev)
+
+
+@register(aten.nll_loss_backward.default)
+def nll_loss_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight):
+    node, hot, row_weight, rows = _nll_rows(x, target, weight, ignore_index)
+    grad = g.cast(read(grad_output), node.dtype)
+    if reduction == 0:
+        grad = g.reshape(grad, (rows,))
+    else:
+        grad = g.expand(g.reshape(grad, (1,)), (rows,))
+        if reduction == 1:
+            tw = g.expand(g.reshape(g.cast(read(total_weight), node.dtype), (1,)), (rows,))
+            grad = g.binary("div", grad, tw)
+    scaled = g.unary("neg", g.binary("mul", grad, row_weight))
+    wide = node.shape
+    out = g.where(hot, g.expand(g.reshape(scaled, (rows, 1)), wide), g.const(0.0, node.dtype, wide))
+    return wrap(g.cast(g.reshape(out, tuple(x.shape)), zdtype(x.dtype)), x._storage.device)
 
 
 # ------------------------------------------------------------------------------- embedding bag
