@@ -387,19 +387,22 @@ def rewrite_bottom_up(roots: list[Node], fn) -> list[Node]:
 
 def toposort(roots: list[Node]) -> list[Node]:
     """Nodes reachable from ``roots``, sources before users (iterative: graphs can be deep)."""
+    # Nodes hash by identity (no __eq__), so they key the set directly; the loop is the hot
+    # part of every realization's signature.
     order: list[Node] = []
-    seen: set[int] = set()
+    seen: set[Node] = set()
     stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
+    pop, push, add, emit = stack.pop, stack.append, seen.add, order.append
     while stack:
-        node, expanded = stack.pop()
+        node, expanded = pop()
         if expanded:
-            order.append(node)
+            emit(node)
             continue
-        if id(node) in seen:
+        if node in seen:
             continue
-        seen.add(id(node))
-        stack.append((node, True))
+        add(node)
+        push((node, True))
         for src in reversed(node.srcs):
-            if id(src) not in seen:
-                stack.append((src, False))
+            if src not in seen:
+                push((src, False))
     return order

@@ -114,21 +114,22 @@ class GraphSignature:
         self.scalar_values: list[list[float]] = []
         self.scalar_slot: dict[int, tuple[int, int]] = {}
         buffer_pos: dict[int, int] = {}
-        node_pos: dict[int, int] = {}
+        node_pos: dict[Node, int] = {}  # nodes hash by identity
         items = []
         for i, node in enumerate(self.order):
-            node_pos[id(node)] = i
+            node_pos[node] = i
             arg = node.arg
-            if node.op == "BUFFER":
+            op = node.op
+            if op == "BUFFER":
                 pos = buffer_pos.get(id(node.arg))
                 if pos is None:
                     pos = buffer_pos[id(node.arg)] = len(self.buffers)
                     self.buffers.append(node.arg)
                 arg = pos
-            elif node.op == "RANDOM":
+            elif op == "RANDOM":
                 arg = len(self.random_args)
                 self.random_args.extend(node.arg)
-            elif node.op == "CONST" and is_scalar_param(node):
+            elif op == "CONST" and is_scalar_param(node):
                 if node.dtype in self.scalar_dtypes:
                     group = self.scalar_dtypes.index(node.dtype)
                 else:
@@ -140,8 +141,9 @@ class GraphSignature:
                 arg = ("scalar", group)
             else:
                 arg = node._key[1]
-            items.append((node.op, arg, tuple(node_pos[id(s)] for s in node.srcs), node.dtype, node.shape))
-        self.key = (tuple(items), tuple(node_pos[id(r)] for r in roots))
+            srcs = node.srcs
+            items.append((op, arg, tuple([node_pos[s] for s in srcs]) if srcs else (), node.dtype, node.shape))
+        self.key = (tuple(items), tuple([node_pos[r] for r in roots]))
 
 
 class Kernelizer:
