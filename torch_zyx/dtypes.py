@@ -62,7 +62,22 @@ def python_value(dtype: DType, value):
 
 
 
+_packed: dict[tuple, bytes] = {}
+
+
 def pack_scalars(dtype: DType, values: list[float]) -> bytes:
+    """``values`` as the bytes of an array of the floating ``dtype`` (memoized: a training loop
+    packs the same constants every step)."""
+    key = (dtype, tuple(values))
+    data = _packed.get(key)
+    if data is None:
+        if len(_packed) >= 1024:
+            _packed.clear()
+        data = _packed[key] = _pack_scalars(dtype, values)
+    return data
+
+
+def _pack_scalars(dtype: DType, values: list[float]) -> bytes:
     """``values`` as the bytes of an array of the floating ``dtype``, rounded to nearest even
     (out-of-range values become infinities, as a cast does)."""
     import numpy as np
