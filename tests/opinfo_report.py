@@ -57,7 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("record_dir", type=Path)
     parser.add_argument("--write", action="store_true",
-                        help=f"rewrite {EXPECTED_FILE.name} (with --backend opencl: {EXPECTED_OPENCL_FILE.name})")
+                        help=f"rewrite {EXPECTED_FILE.name} "
+                             f"(with --backend opencl: {EXPECTED_OPENCL_FILE.name})")
     parser.add_argument("--backend", choices=("cpu", "opencl"), default="cpu",
                         help="the backend that was zyx:0 in the recorded run")
     parser.add_argument("--top", type=int, default=15, help="failure groups to print")

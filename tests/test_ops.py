@@ -67,7 +67,8 @@ def check(fn, *args, native=True, mutates=(), **kw):
     torch_zyx.reset_counters()
     try:
         expected = fn(*cpu_args)
-    except Exception as error:  # noqa: BLE001  (any error: an invalid combination: zyx must reject it the same way)
+    except Exception as error:  # noqa: BLE001
+        # Any error means an invalid combination: zyx must reject it the same way.
         with pytest.raises(type(error)):
             fn(*zyx_args)
         return
@@ -149,7 +150,8 @@ PAIRS = [(torch.float32, torch.float32), (torch.float64, torch.float32), (torch.
          (torch.float16, torch.bfloat16)]
 
 
-@pytest.mark.parametrize("name", ["add", "sub", "mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"])
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "maximum", "minimum",
+                                  "eq", "ne", "lt", "le", "gt", "ge"])
 def test_binary_promotion(name):
     for da, db in PAIRS:
         a, b = make((3, 4), da, seed=1), make((4,), db, seed=2)
@@ -188,7 +190,8 @@ def test_add_sub_alpha():
 def test_div_rounding(mode):
     for dtype in [torch.float32, torch.float64, torch.int64, torch.int32, torch.int8, torch.float16]:
         a = make((4, 5), dtype, seed=1, low=-9, high=9)
-        b = make((4, 5), dtype, seed=2, positive=True) * (1 - 2 * (make((4, 5), torch.bool, seed=7).to(dtype)))
+        sign = 1 - 2 * (make((4, 5), torch.bool, seed=7).to(dtype))
+        b = make((4, 5), dtype, seed=2, positive=True) * sign
         check(lambda x, y: torch.div(x, y, rounding_mode=mode), a, b)
         check(lambda x: torch.div(x, -3, rounding_mode=mode), a)
     x = make((4,), torch.float32)
@@ -227,7 +230,8 @@ def test_logical(name):
     for dtype in [torch.bool, torch.float32, torch.int64, torch.uint8]:
         check(getattr(torch, name), make((3, 4), dtype, seed=1, low=-1, high=1),
               make((3, 4), dtype, seed=2, low=-1, high=1))
-    check(getattr(torch, name), make((3, 4), torch.int32, low=-1, high=1), make((4,), torch.float32, low=-1, high=1))
+    check(getattr(torch, name), make((3, 4), torch.int32, low=-1, high=1),
+          make((4,), torch.float32, low=-1, high=1))
 
 
 @pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
@@ -242,7 +246,8 @@ def test_bitwise(name):
     check(lambda x, y: x & y, make((4,), torch.int64), make((4,), torch.int32, seed=3))
     check(lambda x: x << 3, make((4,), torch.int32))
     check(lambda x: x >> 1, make((4,), torch.int64))
-    check(lambda x, y: x.bitwise_xor_(y), make((4,), torch.int64), make((4,), torch.int64, seed=3), mutates=(0,))
+    check(lambda x, y: x.bitwise_xor_(y), make((4,), torch.int64), make((4,), torch.int64, seed=3),
+          mutates=(0,))
 
 
 def test_binary_inplace_and_out():
@@ -252,7 +257,8 @@ def test_binary_inplace_and_out():
             check(lambda x, y, name=name: getattr(x, name + "_")(y), a, b, mutates=(0,))
         check(lambda x, y, o, name=name: (getattr(torch, name)(x, y, out=o), o)[1], a, b, torch.empty(3, 4),
               mutates=(2,))
-    check(lambda x, y, o: (torch.lt(x, y, out=o), o)[1], a, b, torch.empty(3, 4, dtype=torch.bool), mutates=(2,))
+    check(lambda x, y, o: (torch.lt(x, y, out=o), o)[1], a, b, torch.empty(3, 4, dtype=torch.bool),
+          mutates=(2,))
     # In-place on an int tensor with a float result is an error on CPU as well.
     ai = make((3,), torch.int64)
     with pytest.raises(RuntimeError):
@@ -301,12 +307,14 @@ def test_clamp():
 
 def test_lerp_addcmul_addcdiv():
     for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
-        a, b, w = make((3, 4), dtype, seed=1), make((3, 4), dtype, seed=2), make((4,), dtype, seed=3, low=0, high=1)
+        a, b = make((3, 4), dtype, seed=1), make((3, 4), dtype, seed=2)
+        w = make((4,), dtype, seed=3, low=0, high=1)
         check(torch.lerp, a, b, w)
         check(lambda x, y: torch.lerp(x, y, 0.3), a, b)
         check(lambda x, y, z: torch.addcmul(x, y, z, value=0.5), a, b, w)
         check(lambda x, y, z: torch.addcdiv(x, y, z, value=-2), a, b, w.abs() + 0.5)
-    a, b, w = make((3, 4), torch.float32, seed=1), make((3, 4), torch.float32, seed=2), make((4,), torch.float32)
+    a, b = make((3, 4), torch.float32, seed=1), make((3, 4), torch.float32, seed=2)
+    w = make((4,), torch.float32)
     check(lambda x, y, z: x.lerp_(y, z), a, b, w, mutates=(0,))
     check(lambda x, y, z: x.addcmul_(y, z, value=2), a, b, w, mutates=(0,))
     check(lambda x, y, z: x.addcdiv_(y, z), a, b, w.abs() + 1, mutates=(0,))
@@ -320,7 +328,8 @@ def test_lerp_addcmul_addcdiv():
 DIMS = [None, 0, 1, -1, (0, 2), (1, 2), ()]
 
 
-@pytest.mark.parametrize("name", ["sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std", "any", "all"])
+@pytest.mark.parametrize("name", ["sum", "mean", "prod", "amax", "amin", "logsumexp",
+                                  "var", "std", "any", "all"])
 def test_reduce_dims(name):
     x = make((3, 4, 5), torch.float32, low=-1.5, high=1.5)
     fn = getattr(torch, name)
@@ -407,7 +416,8 @@ def test_softmax_cumsum_out():
 
 def test_views():
     x = make((2, 3, 4), torch.float32)
-    fns = [lambda t: t.view(6, 4), lambda t: t.view(-1), lambda t: t.reshape(4, 6), lambda t: t.permute(2, 0, 1),
+    fns = [lambda t: t.view(6, 4), lambda t: t.view(-1), lambda t: t.reshape(4, 6),
+           lambda t: t.permute(2, 0, 1),
            lambda t: t.transpose(0, 2), lambda t: t[0].t(), lambda t: t[:, :1].expand(2, 5, 4),
            lambda t: t.unsqueeze(1).squeeze(), lambda t: t[:, :1].squeeze(1), lambda t: t.flatten(),
            lambda t: t.flatten(1), lambda t: t[:, ::2, 1::2], lambda t: t[..., -1], lambda t: t.select(1, 2),
@@ -480,8 +490,8 @@ def test_matmul_family():
     check(torch.matmul, make((5,), torch.float32), make((5,), torch.float32))
     check(torch.matmul, make((2, 1, 3, 5), torch.float32), make((4, 5, 2), torch.float32))
     check(torch.mm, make((3, 5), torch.int64), make((5, 2), torch.int64))
-    check(lambda x, y, o: (torch.mm(x, y, out=o), o)[1], make((3, 5), torch.float32), make((5, 2), torch.float32),
-          torch.empty(3, 2), mutates=(2,))
+    check(lambda x, y, o: (torch.mm(x, y, out=o), o)[1],
+          make((3, 5), torch.float32), make((5, 2), torch.float32), torch.empty(3, 2), mutates=(2,))
     check(lambda x, y: x.t() @ y.t(), make((5, 3), torch.float32), make((4, 5), torch.float32))
 
 
@@ -538,7 +548,8 @@ def test_advanced_indexing():
     mask = make((3, 4), torch.bool, seed=3)
     reads = [lambda t: t[i, j], lambda t: t[:, j, i], lambda t: t[i, :, j], lambda t: t[..., i],
              lambda t: t[None, i], lambda t: t[1, :, i], lambda t: t[mask], lambda t: t[:, mask[0]],
-             lambda t: t[mask, 2], lambda t: t[i.to(torch.int32)], lambda t: t[torch.tensor([], dtype=torch.long)]]
+             lambda t: t[mask, 2], lambda t: t[i.to(torch.int32)],
+             lambda t: t[torch.tensor([], dtype=torch.long)]]
     for fn in reads:
         check(fn, x)
     writes = [lambda t: t.__setitem__((i, j), 7.0), lambda t: t.__setitem__((slice(None), j, i), -1.0),
@@ -568,7 +579,8 @@ def test_nn_functional():
     check(F.silu, x)
     check(lambda t: F.softmax(t, -1), x)
     check(lambda t: F.log_softmax(t, 0), x)
-    check(lambda t, ww, bb: F.layer_norm(t, (6,), ww, bb), x, make((6,), torch.float32), make((6,), torch.float32))
+    check(lambda t, ww, bb: F.layer_norm(t, (6,), ww, bb), x,
+          make((6,), torch.float32), make((6,), torch.float32))
     check(lambda t: F.layer_norm(t, (4, 6)), x)
     check(lambda t: F.layer_norm(t, (6,)), make((2, 6), torch.bfloat16))
     emb = make((10, 4), torch.float32)
@@ -806,7 +818,8 @@ SPECIAL = {
     "erfinv": lambda t: torch.erfinv(torch.tanh(t / 4) * 0.99),
     "signbit": torch.signbit, "angle": torch.angle, "frexp": torch.frexp,
     "zeta": lambda t: torch.special.zeta(t.abs() + 1.5, t.abs() + 0.5),
-    "round3": lambda t: torch.round(t * 100, decimals=3), "round-2": lambda t: torch.round(t * 100, decimals=-2),
+    "round3": lambda t: torch.round(t * 100, decimals=3),
+    "round-2": lambda t: torch.round(t * 100, decimals=-2),
 }
 
 
@@ -881,7 +894,8 @@ SEARCHES = {
     "searchsorted": lambda s, v: torch.searchsorted(s, v),
     "searchsorted_right": lambda s, v: torch.searchsorted(s, v, right=True, out_int32=True),
     "searchsorted_rows": lambda s, v: torch.searchsorted(s.reshape(2, 3), v.reshape(2, 4), side="right"),
-    "searchsorted_sorter": lambda s, v: torch.searchsorted(s.flip(0), v, sorter=torch.arange(5, -1, -1).to(s.device)),
+    "searchsorted_sorter": lambda s, v: torch.searchsorted(
+        s.flip(0), v, sorter=torch.arange(5, -1, -1).to(s.device)),
     "bucketize": lambda s, v: torch.bucketize(v, s),
     "isin": lambda s, v: torch.isin(v, s),
 }
@@ -1057,7 +1071,10 @@ def test_interpolate_grad(mode, scale):
 @pytest.mark.parametrize("nsp", [2, 3])
 def test_fractional_max_pool_explicit_samples(nsp):
     # The functional form draws its samples from the device RNG; the aten op takes them as input.
-    shape, kernel, out = ((2, 3, 9, 7), (3, 2), (4, 3)) if nsp == 2 else ((2, 2, 6, 5, 7), (2, 2, 3), (3, 2, 4))
+    if nsp == 2:
+        shape, kernel, out = (2, 3, 9, 7), (3, 2), (4, 3)
+    else:
+        shape, kernel, out = (2, 2, 6, 5, 7), (2, 2, 3), (3, 2, 4)
     op = torch.ops.aten.fractional_max_pool2d if nsp == 2 else torch.ops.aten.fractional_max_pool3d
     samples = torch.rand(shape[0], shape[1], nsp, generator=torch.Generator().manual_seed(3))
 

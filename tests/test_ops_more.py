@@ -294,12 +294,14 @@ def test_bincount_errors():
         torch.bincount(torch.tensor([1, -1]).to("zyx"))
     with pytest.raises(RuntimeError, match="minlength"):
         torch.bincount(torch.tensor([1]).to("zyx"), minlength=-1)
-    assert torch.bincount(torch.tensor([], dtype=torch.long).to("zyx"), minlength=3).cpu().tolist() == [0, 0, 0]
+    empty = torch.tensor([], dtype=torch.long).to("zyx")
+    assert torch.bincount(empty, minlength=3).cpu().tolist() == [0, 0, 0]
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8])
 def test_integer_pow_negative_exponent(dtype):
-    base, exponent = torch.meshgrid(torch.arange(-3, 4).to(dtype), torch.arange(-4, 5).to(dtype), indexing="ij")
+    base, exponent = torch.meshgrid(torch.arange(-3, 4).to(dtype), torch.arange(-4, 5).to(dtype),
+                                    indexing="ij")
     close(torch.pow, base, exponent)
     close(lambda e: 2 ** e, exponent)
     close(lambda e: (-1) ** e, exponent)

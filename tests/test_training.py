@@ -186,7 +186,8 @@ F = nn.functional
 CONV_CASES = {
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b), (3, 4, 3, 3)),
     "conv2d_stride_pad": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), (3, 4, 3, 3)),
-    "conv2d_dilation": (lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2), dilation=2), (3, 4, 3, 2)),
+    "conv2d_dilation": (lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 2), dilation=2),
+                        (3, 4, 3, 2)),
     "conv2d_groups": (lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2), (6, 2, 3, 3)),
     "conv_transpose2d": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
                          (4, 3, 3, 3)),
