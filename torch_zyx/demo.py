@@ -72,7 +72,8 @@ def main(steps: int = 50, lr: float = 0.5, log_every: int = 5) -> None:
     diff = max((p.detach().cpu() - q.detach()).abs().max().item()
                for p, q in zip(zyx_model.parameters(), cpu_model.parameters()))
     print(f"max |weight difference| after training: {diff:.2e}")
-    print(f"zyx: {counts['kernels_launched']} kernels launched ({counts['kernels_launched'] / steps:.1f} per step), "
+    print(f"zyx: {counts['kernels_launched']} kernels launched "
+          f"({counts['kernels_launched'] / steps:.1f} per step), "
           f"{counts['kernels_compiled']} compiled, schedule cache {counts['schedule_cache_hits']} hits / "
           f"{counts['schedule_cache_misses']} misses, {counts['cpu_fallbacks']} CPU fallbacks")
     print(f"time: zyx {zyx_time:.2f} s (first run: includes compiling), CPU torch {cpu_time:.2f} s")

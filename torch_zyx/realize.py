@@ -153,7 +153,8 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
             source = device.render(loop)
             # The name comes from the source, so identical kernels of different graphs share one program.
             loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
-            # "zyx_kernel(" names the kernel in every renderer's output (LLVM "@zyx_kernel(", C "zyx_kernel(").
+            # "zyx_kernel(" names the kernel in every renderer's output
+            # (LLVM "@zyx_kernel(", C "zyx_kernel(").
             cached = _lowered[lower_key] = (loop, device.program(loop.name, source.replace(
                 "zyx_kernel(", f"{loop.name}(")))
         programs.append(cached[1])
@@ -222,7 +223,8 @@ def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
         if perf:
             event.wait()
             elapsed = time.perf_counter() - start
-            print(f"zyx perf {program.name}: {elapsed * 1e6:9.1f} us  {loop.flops / elapsed / 1e9:8.2f} GFLOP/s "
+            print(f"zyx perf {program.name}: {elapsed * 1e6:9.1f} us  "
+                  f"{loop.flops / elapsed / 1e9:8.2f} GFLOP/s "
                   f"{loop.bytes / elapsed / 1e9:8.2f} GB/s")
     out = []
     for ref in schedule.root_temps:

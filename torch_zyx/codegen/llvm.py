@@ -43,9 +43,11 @@ BINARY_FORMAT = {
     "le": {"f": "fcmp ole {t} {a}, {b}", "i": "icmp sle {t} {a}, {b}", "u": "icmp ule {t} {a}, {b}"},
     "eq": {"f": "fcmp oeq {t} {a}, {b}", "i": "icmp eq {t} {a}, {b}", "u": "icmp eq {t} {a}, {b}"},
     "ne": {"f": "fcmp une {t} {a}, {b}", "i": "icmp ne {t} {a}, {b}", "u": "icmp ne {t} {a}, {b}"},
-    "max": {"f": "call {t} @llvm.maximum.{s}({t} {a}, {t} {b})", "i": "call {t} @llvm.smax.{s}({t} {a}, {t} {b})",
+    "max": {"f": "call {t} @llvm.maximum.{s}({t} {a}, {t} {b})",
+            "i": "call {t} @llvm.smax.{s}({t} {a}, {t} {b})",
             "u": "call {t} @llvm.umax.{s}({t} {a}, {t} {b})"},
-    "min": {"f": "call {t} @llvm.minimum.{s}({t} {a}, {t} {b})", "i": "call {t} @llvm.smin.{s}({t} {a}, {t} {b})",
+    "min": {"f": "call {t} @llvm.minimum.{s}({t} {a}, {t} {b})",
+            "i": "call {t} @llvm.smin.{s}({t} {a}, {t} {b})",
             "u": "call {t} @llvm.umin.{s}({t} {a}, {t} {b})"},
     "pow": {"f": "call {t} @llvm.pow.{s}({t} {a}, {t} {b})"},
     "copysign": {"f": "call {t} @llvm.copysign.{s}({t} {a}, {t} {b})"},
@@ -312,7 +314,8 @@ class LLVMRenderer:
         if self.kernel.n_buffers < 2:
             return ""
         slot = self.kernel.instrs[buf].arg
-        return f", !alias.scope !{_SCOPE_LISTS + slot}, !noalias !{_SCOPE_LISTS + self.kernel.n_buffers + slot}"
+        return (f", !alias.scope !{_SCOPE_LISTS + slot}, "
+                f"!noalias !{_SCOPE_LISTS + self.kernel.n_buffers + slot}")
 
     def alias_metadata(self) -> str:
         n = self.kernel.n_buffers

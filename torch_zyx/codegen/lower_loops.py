@@ -43,7 +43,9 @@ class LoopNestLowering:
             factors[axes[-1]] = _UPCAST_INNER
             # Two rows where four do not divide (a weight gradient of 10 outputs): each loaded
             # column vector then feeds two accumulators instead of one.
-            rows = next((r for r in (_UPCAST_OUTER, 2) if shape[axes[-2]] % r == 0), 1) if len(axes) >= 2 else 1
+            rows = 1
+            if len(axes) >= 2:
+                rows = next((r for r in (_UPCAST_OUTER, 2) if shape[axes[-2]] % r == 0), 1)
             if rows > 1:
                 factors[axes[-2]] = rows
         dims_base: dict[int, Expr] = {}

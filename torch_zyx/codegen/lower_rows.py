@@ -138,7 +138,8 @@ class RowLowering:
                     return {id(node): (src, slot, lane)}
         return {}
 
-    def stash_row(self, stash: tuple, axes: tuple[int, ...], vars_: list, src_lane: Index, value: int) -> None:
+    def stash_row(self, stash: tuple, axes: tuple[int, ...], vars_: list, src_lane: Index,
+                  value: int) -> None:
         """Inside a row reduce's loop: store its source value into the row's output (``row_stash``)."""
         source, slot, lane = stash
         dims = list(lane.dims)

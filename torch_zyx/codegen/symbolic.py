@@ -219,7 +219,8 @@ def _fold_div_mod(factors: dict[tuple, list]) -> None:
             if partner is None or partner[1] != factor * base.divisor:
                 # ((x // d) % m) * d + x % d == x % (d * m)
                 for other_key, (other, other_factor) in factors.items():
-                    if (isinstance(other, Mod) and isinstance(other.x, Div) and other_factor == factor * base.divisor
+                    if (isinstance(other, Mod) and isinstance(other.x, Div)
+                            and other_factor == factor * base.divisor
                             and other.x.divisor == base.divisor and other.x.x.key == base.x.key):
                         factors[other_key][1] = 0
                         factors[key][1] = 0

@@ -90,7 +90,8 @@ class Node:
         return f"<{self.op}{arg} {self.dtype} {self.shape}>"
 
 
-def _intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DType, shape: tuple[int, ...]) -> Node:
+def _intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DType,
+            shape: tuple[int, ...]) -> Node:
     """The node (op, arg, srcs, dtype, shape), built once. ``key_arg`` is ``arg`` as keyed (see
     ``_hashable``); the hot constructors below pass it directly when ``arg`` holds no floats."""
     key = (op, key_arg, srcs, dtype, shape)

@@ -142,7 +142,8 @@ class GraphSignature:
             else:
                 arg = node._key[1]
             srcs = node.srcs
-            items.append((op, arg, tuple([node_pos[s] for s in srcs]) if srcs else (), node.dtype, node.shape))
+            items.append((op, arg, tuple([node_pos[s] for s in srcs]) if srcs else (),
+                          node.dtype, node.shape))
         self.key = (tuple(items), tuple([node_pos[r] for r in roots]))
 
 
@@ -419,7 +420,8 @@ class Kernelizer:
                     temps.append((node.dtype, node.numel))
                     emit(new_kernel([(temp, base, None)], self.fusion_of(base)), merge=True)
                 temp_of[id(node)] = temp
-                emit(new_kernel([(temp, value, (shape, strides, offset))], self.fusion_of(value)), merge=False)
+                emit(new_kernel([(temp, value, (shape, strides, offset))], self.fusion_of(value)),
+                     merge=False)
                 continue
             temp = len(temps)
             temps.append((node.dtype, node.numel))
@@ -473,7 +475,8 @@ def _merge_into(kernel: ScheduledKernel, other: ScheduledKernel) -> None:
         if node.op == "LOAD":
             out = Node("LOAD", slot_map[node.arg], (), node.dtype, node.shape)
         elif node.op == "RANDOM":
-            out = Node("RANDOM", (node.arg[0] + param_base, node.arg[1] + param_base), (), node.dtype, node.shape)
+            out = Node("RANDOM", (node.arg[0] + param_base, node.arg[1] + param_base), (),
+                       node.dtype, node.shape)
         else:
             out = Node(node.op, node.arg, tuple(renumber(s) for s in node.srcs), node.dtype, node.shape)
         memo[id(node)] = out

@@ -1,7 +1,8 @@
 """Host memory pool: the CPU backend's buffers, with a free-buffer cache and event-aware reuse.
 
 Surface shared by every pool (DESIGN.md "Backends"; cache, reuse and accounting in
-memory/pool.py): ``allocate(nbytes) → (buffer, event)``, ``free(buffer, wait_events)``, ``host_to_pool(src_ptr, nbytes, keepalive, buffer, wait) → event``
+memory/pool.py): ``allocate(nbytes) → (buffer, event)``, ``free(buffer, wait_events)``,
+``host_to_pool(src_ptr, nbytes, keepalive, buffer, wait) → event``
 (async: ``keepalive`` owns the source bytes until the event completes),
 ``pool_to_host(buffer, out_ptr, nbytes, wait)`` (blocking), ``sync(events)``,
 and the accounting that ``torch.zyx.memory_allocated()`` reports.

@@ -359,7 +359,8 @@ def ndtri(y0: Ex) -> Ex:
     x = (-2.0 * yt.f("log")).f("sqrt")
     x0 = x - x.f("log") / x
     z = 1.0 / x
-    x1 = where(x < 8.0, z * polevl(z, NDTRI_P1) / polevl(z, NDTRI_Q1), z * polevl(z, NDTRI_P2) / polevl(z, NDTRI_Q2))
+    x1 = where(x < 8.0, z * polevl(z, NDTRI_P1) / polevl(z, NDTRI_Q1),
+               z * polevl(z, NDTRI_P2) / polevl(z, NDTRI_Q2))
     tail = x0 - x1
     tail = where(upper, tail, -tail)
     out = where(y > EXP_M2, central, tail)

@@ -65,7 +65,8 @@ def dilate(x: Node, stride, nsp: int) -> Node:
         return x
     shape = x.shape
     split = shape[:lead] + tuple(v for s in shape[lead:] for v in (s, 1))
-    padded = g.pad(g.reshape(x, split), ((0, 0),) * lead + tuple(p for st in stride for p in ((0, 0), (0, st - 1))))
+    padded = g.pad(g.reshape(x, split),
+                   ((0, 0),) * lead + tuple(p for st in stride for p in ((0, 0), (0, st - 1))))
     merged = g.reshape(padded, shape[:lead] + tuple(s * st for s, st in zip(shape[lead:], stride)))
     return g.shrink(merged, tuple((0, s) for s in shape[:lead])
                     + tuple((0, (s - 1) * st + 1) for s, st in zip(shape[lead:], stride)))
@@ -92,7 +93,8 @@ def unwindow(c: Node, kernel, stride, dilation, padding, size) -> Node:
     view = g.strided(g.reshape(dp, (dp.numel,)), dp.shape[:lead] + tuple(size) + tuple(kernel),
                      strides[:lead] + sp_strides + tuple(d * s + ks for d, s, ks in
                                                          zip(dilation, sp_strides, k_strides)), 0)
-    return g.reshape(g.reduce("sum", view, tuple(range(lead + nsp, lead + 2 * nsp))), c.shape[:lead] + tuple(size))
+    return g.reshape(g.reduce("sum", view, tuple(range(lead + nsp, lead + 2 * nsp))),
+                     c.shape[:lead] + tuple(size))
 
 
 # ------------------------------------------------------------------------------- convolution

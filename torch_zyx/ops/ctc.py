@@ -62,7 +62,8 @@ class _Problem:
         if targets.dim() == 1:  # concatenated targets: padded rows from the (host) lengths
             tl = target_lengths.tolist() if isinstance(target_lengths, torch.Tensor) else list(target_lengths)
             width = max(tl) if tl else 0
-            flat = g.cast(read(targets) if isinstance(targets, ZyxTensor) else from_cpu(targets, dev), dtypes.int64)
+            flat = g.cast(read(targets) if isinstance(targets, ZyxTensor) else from_cpu(targets, dev),
+                          dtypes.int64)
             rows, start = [], 0
             for length in tl:
                 row = g.shrink(flat, ((start, start + length),))
@@ -101,7 +102,8 @@ class _Problem:
                                   (t_len, n, ext))
 
     def at(self, t: int) -> Node:
-        return g.reshape(g.shrink(self.label_lp, ((t, t + 1), (0, self.n), (0, self.ext))), (self.n, self.ext))
+        return g.reshape(g.shrink(self.label_lp, ((t, t + 1), (0, self.n), (0, self.ext))),
+                         (self.n, self.ext))
 
     def ninf(self) -> Node:
         return g.const(_NEG_INF, self.dtype, (self.n, self.ext))
@@ -140,7 +142,8 @@ def _pick_time(rows: list[Node], when: Node, n: int, ext: int) -> Node:
     wide = (t_len, n, ext)
     hit = g.binary("eq", g.expand(g.reshape(g.iota((t_len,)), (t_len, 1, 1)), wide),
                    g.expand(g.reshape(when, (1, n, 1)), wide))
-    return g.reshape(g.reduce("sum", g.where(hit, stacked, g.const(0.0, stacked.dtype, wide)), (0,)), (n, ext))
+    return g.reshape(g.reduce("sum", g.where(hit, stacked, g.const(0.0, stacked.dtype, wide)), (0,)),
+                     (n, ext))
 
 
 def _stack(rows: list[Node]) -> Node:
@@ -163,8 +166,8 @@ def _nll(p: _Problem, alphas: list[Node]) -> Node:
     end = g.binary("mul", p.tgt_len, g.const(2, dtypes.int64, (p.n,)))  # index of the last blank
     pos = g.expand(g.reshape(g.iota((p.ext,)), (1, p.ext)), (p.n, p.ext))
     e = g.expand(g.reshape(end, (p.n, 1)), (p.n, p.ext))
-    take = g.binary("or", g.binary("eq", pos, e), g.binary("eq", pos, g.binary("sub", e, g.const(1, dtypes.int64,
-                                                                                                 e.shape))))
+    take = g.binary("or", g.binary("eq", pos, e),
+                    g.binary("eq", pos, g.binary("sub", e, g.const(1, dtypes.int64, e.shape))))
     ends = g.where(take, final, p.ninf())
     return g.unary("neg", g.reshape(_logsumexp_last(ends), (p.n,)))
 
@@ -196,7 +199,8 @@ def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, n
     p = _Problem(log_probs, targets, input_lengths, target_lengths, blank)
     n, ext, t_len, c = p.n, p.ext, p.t_len, p.c
     ninf = p.ninf()
-    alphas = [g.reshape(g.shrink(g.permute(read(log_alpha), (1, 0, 2)), ((t, t + 1), (0, n), (0, ext))), (n, ext))
+    alphas = [g.reshape(g.shrink(g.permute(read(log_alpha), (1, 0, 2)), ((t, t + 1), (0, n), (0, ext))),
+                        (n, ext))
               for t in range(t_len)]
     # beta: backward recursion; it starts at each sequence's own last time step.
     last_t = g.binary("sub", p.in_len, g.const(1, dtypes.int64, (n,)))
@@ -208,7 +212,8 @@ def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, n
     betas: list[Node] = [ninf] * t_len
     beta = ninf
     for t in range(t_len - 1, -1, -1):
-        is_last = g.expand(g.reshape(g.binary("eq", last_t, g.const(t, dtypes.int64, (n,))), (n, 1)), (n, ext))
+        is_last = g.expand(g.reshape(g.binary("eq", last_t, g.const(t, dtypes.int64, (n,))), (n, 1)),
+                           (n, ext))
         start = g.where(at_end, p.at(t), ninf)
         nxt1 = _shift_left(beta, 1, _NEG_INF)
         nxt2 = g.where(skip_next, _shift_left(beta, 2, _NEG_INF), ninf)
@@ -219,12 +224,14 @@ def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, n
     wide = (t_len, n, ext, c)
     hit = g.binary("eq", g.expand(g.reshape(p.labels, (1, n, ext, 1)), wide),
                    g.expand(g.reshape(g.iota((c,)), (1, 1, 1, c)), wide))
-    per_class = g.where(hit, g.expand(g.reshape(ab, (t_len, n, ext, 1)), wide), g.const(_NEG_INF, p.dtype, wide))
+    per_class = g.where(hit, g.expand(g.reshape(ab, (t_len, n, ext, 1)), wide),
+                        g.const(_NEG_INF, p.dtype, wide))
     lcab = g.reshape(_logsumexp_last(g.permute(per_class, (0, 1, 3, 2))), (t_len, n, c))
     nll = g.cast(read(neg_log_likelihood), p.dtype)
     lp = p.lp
     nll_w = g.expand(g.reshape(nll, (1, n, 1)), lp.shape)
-    res = g.binary("sub", g.unary("exp", lp), g.unary("exp", g.binary("sub", g.binary("add", lcab, nll_w), lp)))
+    res = g.binary("sub", g.unary("exp", lp),
+                   g.unary("exp", g.binary("sub", g.binary("add", lcab, nll_w), lp)))
     gy = g.expand(g.reshape(g.cast(read(grad), p.dtype), (1, n, 1)), lp.shape)
     res = g.binary("mul", res, gy)
     t_idx = g.expand(g.reshape(g.iota((t_len,)), (t_len, 1, 1)), lp.shape)

@@ -29,8 +29,8 @@ def _diff(a: Node, b: Node) -> Node:
     p, m = a.shape[-2:]
     r = b.shape[-2]
     wide = lead + (p, r, m)
-    return g.binary("sub", g.expand(g.reshape(a, lead + (p, 1, m)), wide), g.expand(g.reshape(b, lead + (1, r, m)),
-                                                                                     wide))
+    return g.binary("sub", g.expand(g.reshape(a, lead + (p, 1, m)), wide),
+                    g.expand(g.reshape(b, lead + (1, r, m)), wide))
 
 
 def _norm(diff: Node, p: float) -> Node:
@@ -39,7 +39,8 @@ def _norm(diff: Node, p: float) -> Node:
     shape = diff.shape
     a = g.unary("abs", diff)
     if p == 0:
-        return g.reduce("sum", g.cast(g.binary("ne", diff, g.const(0, diff.dtype, shape)), diff.dtype), (last,))
+        return g.reduce("sum", g.cast(g.binary("ne", diff, g.const(0, diff.dtype, shape)), diff.dtype),
+                        (last,))
     if math.isinf(p):
         return g.reduce("max", a, (last,))
     if p == 1:
@@ -81,7 +82,8 @@ def _check_p(p: float, name: str) -> None:
 def cdist(x1, x2, p, compute_mode=None):
     _check_p(p, "cdist")
     if x1.shape[-1] != x2.shape[-1]:
-        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
+        raise RuntimeError("X1 and X2 must have the same number of columns. "
+                           f"X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
     a, b = _acc(read(x1)), _acc(read(x2))
     lead = tuple(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]))
     a = g.broadcast_to(a, lead + a.shape[-2:])
@@ -139,7 +141,8 @@ def pdist(x, p=2):
     wide = (pairs, n * n)
     k = g.expand(g.reshape(g.iota((pairs,)), (pairs, 1)), wide)
     hit = g.binary("eq", g.expand(g.reshape(slots, (1, n * n)), wide), k)
-    out = g.reduce("sum", g.where(hit, g.expand(g.reshape(full, (1, n * n)), wide), g.const(0, a.dtype, wide)), (1,))
+    out = g.reduce("sum", g.where(hit, g.expand(g.reshape(full, (1, n * n)), wide), g.const(0, a.dtype, wide)),
+                   (1,))
     return wrap(g.cast(g.reshape(out, (pairs,)), zdtype(x.dtype)), x._storage.device)
 
 

@@ -266,7 +266,8 @@ BINARY = {
     "bitwise_right_shift": (lambda x, y: shift("shr", x, y), PROMOTE_DEFAULT),
     "__lshift__": (lambda x, y: shift("shl", x, y), PROMOTE_DEFAULT),
     "__rshift__": (lambda x, y: shift("shr", x, y), PROMOTE_DEFAULT),
-    "xlogy": (lambda x, y: where(u("isnan", y), y, where(b("eq", x, c(0, x)), c(0.0, x), mul(x, u("log", y)))),
+    "xlogy": (lambda x, y: where(u("isnan", y), y,
+                                 where(b("eq", x, c(0, x)), c(0.0, x), mul(x, u("log", y)))),
               PROMOTE_INT_TO_FLOAT),
     "hypot": (lambda x, y: u("sqrt", add(mul(x, x), mul(y, y))), PROMOTE_DEFAULT),
 }
@@ -291,8 +292,9 @@ def _unary_lowering(name, fn, kind):
 
     def lowering(x, *extra, **kwargs):
         if name == "neg" and _is_bool(x):
-            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
-                               "to invert a mask, use the `~` or `logical_not()` operator instead.")
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. "
+                               "If you are trying to invert a mask, use the `~` or `logical_not()` "
+                               "operator instead.")
         one = promoted_one(x, kind)
         if one is None:
             return _compute(fn, kind, [x], bool_result=bool_result)
@@ -368,8 +370,8 @@ def _make_add(sign_: int, reverse: bool):
     return lowering
 
 
-for _op, _sign, _rev in ((aten.add.Tensor, 1, False), (aten.add.Scalar, 1, False), (aten.sub.Tensor, -1, False),
-                         (aten.sub.Scalar, -1, False), (aten.rsub.Tensor, -1, True),
+for _op, _sign, _rev in ((aten.add.Tensor, 1, False), (aten.add.Scalar, 1, False),
+                         (aten.sub.Tensor, -1, False), (aten.sub.Scalar, -1, False), (aten.rsub.Tensor, -1, True),
                          (aten.rsub.Scalar, -1, True)):
     register(_op)(_make_add(_sign, _rev))
 

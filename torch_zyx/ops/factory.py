@@ -124,8 +124,9 @@ def copy_(dst, src, non_blocking=False):
     try:
         torch.broadcast_shapes(tuple(src.shape), tuple(dst.shape))
     except RuntimeError:
-        raise RuntimeError(f"The size of tensor a ({dst.shape[-1] if dst.dim() else 1}) must match the size of "
-                           f"tensor b ({src.shape[-1] if src.dim() else 1}) at non-singleton dimension") from None
+        raise RuntimeError(f"The size of tensor a ({dst.shape[-1] if dst.dim() else 1}) "
+                           f"must match the size of tensor b ({src.shape[-1] if src.dim() else 1}) "
+                           "at non-singleton dimension") from None
     write(dst, node)
     return dst
 
@@ -136,7 +137,8 @@ def copy(dst, src, non_blocking=False):
     node = _source_node(src, dst._storage.device)
     shape = tuple(torch.broadcast_shapes(tuple(src.shape), tuple(dst.shape)))
     if shape != tuple(dst.shape):
-        raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(shape)}")
+        raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
+                           f"{list(shape)}")
     return wrap(g.cast(g.broadcast_to(node, shape), zdtype(dst.dtype)), dst._storage.device)
 
 
@@ -280,13 +282,15 @@ def _sloped_row(k: g.Node, first: int, step: int) -> tuple[g.Node, g.Node]:
 
     def before(t):
         tri = g.binary("idiv", g.binary("mul", t, g.binary("sub", t, _i64(1, shape))), _i64(2, shape))
-        return g.binary("add", g.binary("mul", t, _i64(first, shape)), g.binary("mul", tri, _i64(step, shape)))
+        return g.binary("add", g.binary("mul", t, _i64(first, shape)),
+                        g.binary("mul", tri, _i64(step, shape)))
 
     # S(t) = k: step t^2 + b t - 2k = 0 with b = 2 first - step; the root wanted is the first
     # one reached as t grows from 0, (sqrt(b^2 + 8 step k) - b) / (2 step) for both signs of step.
     b = float(2 * first - step)
     kf = g.cast(k, dtypes.float64)
-    disc = g.binary("add", g.const(b * b, dtypes.float64, shape), g.binary("mul", kf, g.const(8.0 * step, dtypes.float64, shape)))
+    disc = g.binary("add", g.const(b * b, dtypes.float64, shape),
+                    g.binary("mul", kf, g.const(8.0 * step, dtypes.float64, shape)))
     root = g.unary("sqrt", g.binary("max", disc, g.const(0.0, dtypes.float64, shape)))
     t = g.binary("div", g.binary("sub", root, g.const(b, dtypes.float64, shape)),
                  g.const(2.0 * step, dtypes.float64, shape))
@@ -305,7 +309,8 @@ def _triangle(row: int, col: int, offset: int, lower: bool, dtype, device):
         kind = {torch.float32: "Float", torch.float64: "Double", torch.int16: "Short", torch.int8: "Char",
                 torch.uint8: "Byte", torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}
         raise NotImplementedError(f"\"{name}\" not implemented for '{kind.get(dtype, str(dtype))}'")
-    counts = [min(max(r + offset + 1, 0), col) if lower else col - min(max(r + offset, 0), col) for r in range(row)]
+    counts = [min(max(r + offset + 1, 0), col) if lower else col - min(max(r + offset, 0), col)
+              for r in range(row)]
     n = sum(counts)
     index = torch.device(device).index if device is not None else None
     k = g.iota((n,))
@@ -378,7 +383,8 @@ def uniform_(x, from_=0.0, to=1.0, generator=None):
 @register(aten.normal_.default)
 def normal_(x, mean=0.0, std=1.0, generator=None):
     z = normal_node(x.shape, x._storage.device, zdtype(x.dtype))
-    write(x, g.binary("add", g.const(mean, z.dtype, z.shape), g.binary("mul", z, g.const(std, z.dtype, z.shape))))
+    write(x, g.binary("add", g.const(mean, z.dtype, z.shape),
+                      g.binary("mul", z, g.const(std, z.dtype, z.shape))))
     return x
 
 
@@ -416,7 +422,8 @@ def random_(x, from_=0, to=None, generator=None):
             to = to + 1 if from_ == 0 and x.dtype != torch.int64 else to
     u = g.cast(uniform_node(x.shape, x._storage.device), dtypes.float64)
     span = g.const(float(to - from_), dtypes.float64, u.shape)
-    value = g.binary("add", g.unary("floor", g.binary("mul", u, span)), g.const(float(from_), dtypes.float64, u.shape))
+    value = g.binary("add", g.unary("floor", g.binary("mul", u, span)),
+                     g.const(float(from_), dtypes.float64, u.shape))
     write(x, value)
     return x
 
@@ -444,7 +451,8 @@ def _rrelu(x, noise, lower, upper, training):
     negative = g.binary("lt", xn, g.const(0, dt, shape))
     if training:
         u = g.cast(uniform_node(shape, x._storage.device), dt)
-        slope = g.binary("add", g.const(lower, dt, shape), g.binary("mul", u, g.const(upper - lower, dt, shape)))
+        slope = g.binary("add", g.const(lower, dt, shape),
+                         g.binary("mul", u, g.const(upper - lower, dt, shape)))
         factor = g.where(negative, slope, g.const(1, dt, shape))
         return g.binary("mul", xn, factor), factor
     slope = g.const((lower + upper) / 2, dt, shape)
@@ -516,7 +524,8 @@ def randperm_out(n, generator=None, *, out):
     u = uniform_node((n,), out._storage.device)
     col, row = g.expand(g.reshape(u, (1, n)), (n, n)), g.expand(g.reshape(u, (n, 1)), (n, n))
     pos = g.iota((n,))
-    before = g.binary("lt", g.expand(g.reshape(pos, (1, n)), (n, n)), g.expand(g.reshape(pos, (n, 1)), (n, n)))
+    before = g.binary("lt", g.expand(g.reshape(pos, (1, n)), (n, n)),
+                      g.expand(g.reshape(pos, (n, 1)), (n, n)))
     less = g.binary("or", g.binary("lt", col, row), g.binary("and", g.binary("eq", col, row), before))
     rank = g.reduce("sum", g.cast(less, dtypes.int64), (1,)) if n else g.const(0, dtypes.int64, (0, 1))
     if tuple(out.shape) != (n,):
