@@ -226,11 +226,11 @@ def test_ldl_bunch_kaufman_pivots(seed):
 
 
 FACTORIZATIONS = {  # name: (function, n)
-    "cholesky": (lambda a: torch.linalg.cholesky_ex(a @ a.mT + a.shape[-1] * torch.eye(a.shape[-1], device=a.device,
-                                                                                            dtype=a.dtype)), 24),
+    "cholesky": (lambda a: torch.linalg.cholesky_ex(
+        a @ a.mT + a.shape[-1] * torch.eye(a.shape[-1], device=a.device, dtype=a.dtype)), 24),
     "lu_factor": (torch.linalg.lu_factor_ex, 24),
-    "solve_triangular": (lambda a: torch.linalg.solve_triangular(a + 24 * torch.eye(24, device=a.device,
-                                                                                    dtype=a.dtype), a, upper=True), 24),
+    "solve_triangular": (lambda a: torch.linalg.solve_triangular(
+        a + 24 * torch.eye(24, device=a.device, dtype=a.dtype), a, upper=True), 24),
 }  # QR and LDL^T loops use the same helpers; at sizes that show it they cost ~1 min on PoCL
 
 

@@ -25,7 +25,8 @@ def _onehot_take(x: Node, dim: int, index: Node) -> Node:
     nd = len(x.shape)
     # wide shape: x's shape with dim → m, plus a trailing axis of length n to reduce over.
     wide = x.shape[:dim] + (m,) + x.shape[dim + 1:] + (n,)
-    src = g.permute(g.reshape(x, x.shape + (1,)), tuple(range(dim)) + (nd,) + tuple(range(dim + 1, nd)) + (dim,))
+    src = g.permute(g.reshape(x, x.shape + (1,)),
+                    tuple(range(dim)) + (nd,) + tuple(range(dim + 1, nd)) + (dim,))
     src = g.expand(src, wide)
     idx = g.expand(g.reshape(index, (1,) * dim + (m,) + (1,) * (nd - dim - 1) + (1,)), wide)
     pos = g.expand(g.reshape(g.iota((n,)), (1,) * nd + (n,)), wide)
@@ -127,11 +128,12 @@ def _gather_node(x: Node, dim: int, index: Node) -> Node:
     nd = len(x.shape)
     wide = index.shape + (n,)
     idx = g.expand(g.reshape(index, index.shape + (1,)), wide)
-    idx = g.where(g.binary("lt", idx, g.const(0, dtypes.int64, wide)), g.binary("add", idx, g.const(n, dtypes.int64,
-                                                                                                   wide)), idx)
+    idx = g.where(g.binary("lt", idx, g.const(0, dtypes.int64, wide)),
+                  g.binary("add", idx, g.const(n, dtypes.int64, wide)), idx)
     bounds = tuple((0, s) if i != dim else (0, n) for i, s in enumerate(index.shape))
     src = g.shrink(x, tuple((0, b[1]) if i != dim else (0, n) for i, b in enumerate(bounds)))
-    src = g.permute(g.reshape(src, src.shape + (1,)), tuple(range(dim)) + (nd,) + tuple(range(dim + 1, nd)) + (dim,))
+    src = g.permute(g.reshape(src, src.shape + (1,)),
+                    tuple(range(dim)) + (nd,) + tuple(range(dim + 1, nd)) + (dim,))
     src = g.expand(src, index.shape[:dim] + (1,) + index.shape[dim + 1:] + (n,))
     src = g.expand(src, wide)
     pos = g.expand(g.reshape(g.iota((n,)), (1,) * nd + (n,)), wide)
@@ -152,8 +154,8 @@ def gather(x, dim, index, sparse_grad=False):
     d = dim % max(x.dim(), 1)
     for i in range(index.dim()):
         if i != d and x.dim() and index.shape[i] > x.shape[i]:
-            raise RuntimeError(f"Size does not match at dimension {i} expected index {list(index.shape)} to be "
-                               f"smaller than self {list(x.shape)} apart from dimension {d}")
+            raise RuntimeError(f"Size does not match at dimension {i} expected index {list(index.shape)} "
+                               f"to be smaller than self {list(x.shape)} apart from dimension {d}")
     node = read(x)
     idx = g.cast(read(index), dtypes.int64)
     if not node.shape:
@@ -381,13 +383,13 @@ def index_put(x, indices, values, accumulate=False):
     # values broadcast to the result layout of x[indices], then back to (B..., rest...).
     target = tuple(_result_shape(shape, rest, position))
     if len(vnode.shape) > len(target):
-        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vnode.shape)} cannot be broadcast to "
-                           f"indexing result of shape {list(target)}")
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vnode.shape)} cannot be broadcast "
+                           f"to indexing result of shape {list(target)}")
     try:
         torch.broadcast_shapes(vnode.shape, target)
     except RuntimeError:
-        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vnode.shape)} cannot be broadcast to "
-                           f"indexing result of shape {list(target)}") from None
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vnode.shape)} cannot be broadcast "
+                           f"to indexing result of shape {list(target)}") from None
     vals = g.expand(g.reshape(vnode, (1,) * (len(target) - len(vnode.shape)) + vnode.shape), target)
     perm = _place(len(shape), len(rest), position)
     inverse = tuple(perm.index(i) for i in range(len(perm)))
@@ -440,11 +442,13 @@ def true_positions(flag: Node, device) -> tuple[int, Node | None]:
     rank = inclusive_count(flag)
     # entry k is the j with rank k+1 that is itself true.
     wide = (count, n)
-    k = g.expand(g.reshape(g.binary("add", g.iota((count,)), g.const(1, dtypes.int64, (count,))), (count, 1)), wide)
+    k = g.expand(g.reshape(g.binary("add", g.iota((count,)), g.const(1, dtypes.int64, (count,))), (count, 1)),
+                 wide)
     hit = g.binary("and", g.binary("eq", g.expand(g.reshape(rank, (1, n)), wide), k),
                    g.expand(g.reshape(flag, (1, n)), wide))
     pos = g.expand(g.reshape(g.iota((n,)), (1, n)), wide)
-    return count, g.reshape(g.reduce("sum", g.where(hit, pos, g.const(0, dtypes.int64, wide)), (1,)), (count,))
+    return count, g.reshape(g.reduce("sum", g.where(hit, pos, g.const(0, dtypes.int64, wide)), (1,)),
+                            (count,))
 
 
 @register(aten.nonzero.default)

@@ -147,7 +147,8 @@ def qr(x: Lz, mode: str, device) -> tuple[Lz | None, Lz]:
         q = apply_q(vs, taus, eye(m, m, x.dtype).expand(x.shape[:-2] + (m, m)), device)
     else:
         r = triu(vs.rows(0, k))
-        q = None if mode == "r" else apply_q(vs, taus, eye(m, k, x.dtype).expand(x.shape[:-2] + (m, k)), device)
+        q = (None if mode == "r"
+             else apply_q(vs, taus, eye(m, k, x.dtype).expand(x.shape[:-2] + (m, k)), device))
     return q, r
 
 

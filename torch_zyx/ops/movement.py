@@ -276,7 +276,8 @@ def cat(tensors, dim=0):
     for t in parts:
         node = cast(read(t), meta.dtype)
         size = node.shape[dim]
-        padding = tuple((offset, total - offset - size) if i == dim else (0, 0) for i in range(len(node.shape)))
+        padding = tuple((offset, total - offset - size) if i == dim else (0, 0)
+                        for i in range(len(node.shape)))
         padded = g.pad(node, padding)
         if out is None:
             out = padded
@@ -317,8 +318,8 @@ def roll(x, shifts, dims=()):
         if x.dim() == 0:
             raise IndexError(f"Dimension specified as {d} but tensor has no dimensions")
         if not -x.dim() <= d < x.dim():
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-x.dim()}, {x.dim() - 1}], "
-                             f"but got {d})")
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-x.dim()}, "
+                             f"{x.dim() - 1}], but got {d})")
     node = read(x)
     if not dims:
         flat = g.reshape(node, (node.numel,))
@@ -384,9 +385,10 @@ def as_strided_scatter(x, src, size, stride, storage_offset=None):
     itemsize = x.element_size()
     needed = (offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))) if all(size) else 0
     if needed > x.numel():
-        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and "
-                           f"itemsize {itemsize} requiring a storage size of {needed * itemsize} are out of "
-                           f"bounds for storage of size {x.numel() * itemsize}")
+        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, "
+                           f"storage offset {offset}, and itemsize {itemsize} requiring a storage size of "
+                           f"{needed * itemsize} are out of bounds for storage of size "
+                           f"{x.numel() * itemsize}")
     return _scatter_into_view(x, src, lambda m: m.as_strided(size, stride, storage_offset))
 
 

@@ -1,5 +1,6 @@
 """Neural-network lowerings: softmax/log_softmax (+ backward), layer norm (+ backward),
-mse loss, nll loss (+ backward). Each stays within a few kernels: reductions store, elementwise work fuses around them.
+mse loss, nll loss (+ backward). Each stays within a few kernels: reductions store, elementwise work
+fuses around them.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
         out = g.binary("add", out, b)
     dev = x._storage.device
     stat_dtype = dtype  # ATen saves mean/rstd in the input's dtype (half inputs too)
-    return wrap(g.cast(out, dtype), dev), wrap(g.cast(mean, stat_dtype), dev), wrap(g.cast(rstd, stat_dtype), dev)
+    return (wrap(g.cast(out, dtype), dev), wrap(g.cast(mean, stat_dtype), dev),
+            wrap(g.cast(rstd, stat_dtype), dev))
 
 
 @register(aten.mse_loss.default)
@@ -210,7 +212,8 @@ def _bag_of(indices: Node, offsets: Node, bags: int) -> Node:
     started = g.cast(g.binary("le", starts, pos), dtypes.int64)
     bag = g.binary("sub", g.reshape(g.reduce("sum", started, (1,)), (n,)), g.const(1, dtypes.int64, (n,)))
     # Positions past the last counted bag (include_last_offset) belong to no bag.
-    return g.where(g.binary("lt", bag, g.const(bags, dtypes.int64, (n,))), bag, g.const(-1, dtypes.int64, (n,)))
+    return g.where(g.binary("lt", bag, g.const(bags, dtypes.int64, (n,))), bag,
+                   g.const(-1, dtypes.int64, (n,)))
 
 
 def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx):
@@ -219,8 +222,8 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
     if indices.dim() != 1 or offsets.dim() != 1:
         raise NotImplementedError("zyx: embedding_bag expects 1-D indices and offsets")
     if per_sample_weights is not None and mode != 0:
-        raise NotImplementedError("embedding_bag: per_sample_weights was not None. per_sample_weights is only "
-                                  "supported for mode='sum'")
+        raise NotImplementedError("embedding_bag: per_sample_weights was not None. per_sample_weights is "
+                                  "only supported for mode='sum'")
     dev = weight._storage.device
     w = read(weight)
     dim = w.shape[1]
@@ -333,7 +336,8 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indice
 
 
 @register(aten._embedding_bag_per_sample_weights_backward.default)
-def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode,
+                                              padding_idx=-1):
     """d/d(per-sample weight p) = <gradient of p's bag, weight row p names> (0 for padding)."""
     from .index import _onehot_take
 

@@ -149,7 +149,8 @@ def _needs_recurrence(kind: str, x: Ex, n: Ex, shifted: bool) -> Ex:
     needs = n >= 2.0
     if kind in ("t", "u", "v", "w"):
         y = _shift(x) if shifted else x
-        trig_from = {"t": 6, "u": 6 if shifted else 8, "v": 6 if shifted else 8, "w": 4 if shifted else 8}[kind]
+        trig_from = {"t": 6, "u": 6 if shifted else 8, "v": 6 if shifted else 8,
+                     "w": 4 if shifted else 8}[kind]
         ends = (x.eq(0.0) | x.eq(1.0)) if shifted else y.f("abs").eq(1.0)
         needs = needs & ~ends & ~((n > float(trig_from)) & (y.f("abs") < 1.0))
     elif kind == "l":

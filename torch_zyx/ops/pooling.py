@@ -156,8 +156,8 @@ def _avg_scale(x, out, kernel, stride, padding, count_include_pad, divisor_overr
 
 
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, nsp):
-    kernel, stride, padding, dilation, out, after = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode,
-                                                                   nsp)
+    kernel, stride, padding, dilation, out, after = _pool_geometry(x, kernel_size, stride, padding, 1,
+                                                                   ceil_mode, nsp)
     node = accumulate(read(x))
     lead = node.shape[:-nsp]
     win = windows(node, kernel, stride, dilation, padding, after)
@@ -194,13 +194,15 @@ def _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_i
 
 
 @register(aten.avg_pool2d_backward.default)
-def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
     return _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                               divisor_override, 2)
 
 
 @register(aten.avg_pool3d_backward.default)
-def avg_pool3d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+def avg_pool3d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
     return _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                               divisor_override, 3)
 
@@ -254,7 +256,8 @@ def _gather_windows(x: Node, starts: list[Node], kernel: list[int], fill) -> Nod
         picked = g.where(inside, picked, g.const(fill, x.dtype, picked.shape))
         x = g.reshape(picked, wide[:-1])
     # Layout now: lead, o0, k0, o1, k1, ...: bring all window axes in front of the kernel axes.
-    order = tuple(range(nl)) + tuple(nl + 2 * i for i in range(nsp)) + tuple(nl + 2 * i + 1 for i in range(nsp))
+    order = (tuple(range(nl)) + tuple(nl + 2 * i for i in range(nsp))
+             + tuple(nl + 2 * i + 1 for i in range(nsp)))
     return g.permute(x, order)
 
 
@@ -466,8 +469,8 @@ def _fractional(x, kernel_size, output_size, samples, nsp: int):
     size = tuple(x.shape[-nsp:])
     for o, k, s in zip(out, kernel, size):
         if o + k - 1 > s:
-            raise RuntimeError(f"fractional_max_pool{nsp}d(): pool size {k} too large relative to input size {s} "
-                               f"for output size {o}")
+            raise RuntimeError(f"fractional_max_pool{nsp}d(): pool size {k} too large relative to input "
+                               f"size {s} for output size {o}")
     lead = tuple(x.shape[:-nsp])
     u = g.reshape(read(samples), lead + (nsp,))
     dtype = zdtype(x.dtype)

@@ -33,7 +33,8 @@ def norm_dims(x, dim) -> tuple[int, ...]:
     out = []
     for d in dim:
         if not -nd <= d < nd:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {d})")
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
+                             f"but got {d})")
         if d % nd in out:
             raise RuntimeError(f"dim {d % nd} appears multiple times in the list of dims")
         out.append(d % nd)
@@ -94,8 +95,9 @@ def prod(x, dim=None, keepdim=False, dtype=None):
 def mean(x, dim=None, keepdim=False, dtype=None):
     out_dtype = dtype or x.dtype
     if not (out_dtype.is_floating_point or out_dtype.is_complex):
-        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
-                           f"complex dtype. Got: {str(out_dtype).replace('torch.', '').capitalize()}")
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating "
+                           f"point or complex dtype. "
+                           f"Got: {str(out_dtype).replace('torch.', '').capitalize()}")
     dims = norm_dims(x, dim)
     node = g.cast(read(x), _accumulate_dtype(zdtype(out_dtype)))
     count = math.prod(node.shape[d] for d in dims) if node.shape else 1
@@ -159,7 +161,8 @@ def arg_index(node: Node, extreme: Node, dim: int) -> Node:
     """First index along ``dim`` where ``node`` equals ``extreme`` (NaN counts as the extreme)."""
     n = node.shape[dim]
     shape = node.shape
-    positions = g.expand(g.reshape(g.iota((n,)), tuple(n if i == dim else 1 for i in range(len(shape)))), shape)
+    positions = g.expand(g.reshape(g.iota((n,)), tuple(n if i == dim else 1 for i in range(len(shape)))),
+                         shape)
     ext = g.expand(extreme, shape)
     hit = g.binary("eq", node, ext)
     if node.dtype.is_float:

@@ -304,8 +304,8 @@ def _broadcast_shape(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
             current = out[offset + i]
             if size != current and size != 1:
                 if current != 1:
-                    raise RuntimeError(f"The size of tensor a ({current}) must match the size of tensor b ({size}) "
-                                       f"at non-singleton dimension {offset + i}")
+                    raise RuntimeError(f"The size of tensor a ({current}) must match the size of tensor b "
+                                       f"({size}) at non-singleton dimension {offset + i}")
                 out[offset + i] = size
             elif size == 0:
                 out[offset + i] = 0

@@ -35,7 +35,8 @@ def _aa_weights(n_in: int, n_out: int, align_corners: bool, scale_factor) -> Nod
     o = g.expand(g.reshape(g.cast(g.iota((n_out,)), f64), (n_out, 1)), shape)
     j = g.expand(g.reshape(g.cast(g.iota((n_in,)), f64), (1, n_in)), shape)
     center = g.binary("mul", g.binary("add", o, c(0.5)), c(scale))
-    lo = g.binary("max", g.unary("trunc", g.binary("add", g.binary("sub", center, c(support)), c(0.5))), c(0.0))
+    lo = g.binary("max", g.unary("trunc", g.binary("add", g.binary("sub", center, c(support)), c(0.5))),
+                  c(0.0))
     hi = g.binary("min", g.unary("trunc", g.binary("add", g.binary("add", center, c(support)), c(0.5))),
                   c(float(n_in)))
     inside = g.binary("and", g.binary("le", lo, j), g.binary("lt", j, hi))
@@ -76,7 +77,8 @@ def upsample_bilinear2d_aa(x, output_size, align_corners, scales_h=None, scales_
 
 
 @register(aten._upsample_bilinear2d_aa_backward.default)
-def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners, scales_h=None,
+                                    scales_w=None):
     node = _compute(read(grad))
     (h, w), (ho, wo) = tuple(input_size)[2:], tuple(output_size)
     node = _apply(node, 2, g.permute(_aa_weights(h, ho, align_corners, scales_h), (1, 0)))
@@ -104,8 +106,8 @@ def _nearest_weights(n_in: int, n_out: int, scale_factor, exact: bool) -> Node:
     src = g.cast(g.unary("floor", g.binary("mul", o, g.const(scale, f64, (n_out,)))), dtypes.int64)
     src = g.binary("min", src, g.const(n_in - 1, dtypes.int64, (n_out,)))
     shape = (n_out, n_in)
-    hit = g.binary("eq", g.expand(g.reshape(src, (n_out, 1)), shape), g.expand(g.reshape(g.iota((n_in,)), (1, n_in)),
-                                                                               shape))
+    hit = g.binary("eq", g.expand(g.reshape(src, (n_out, 1)), shape),
+                   g.expand(g.reshape(g.iota((n_in,)), (1, n_in)), shape))
     return g.cast(hit, f64)
 
 

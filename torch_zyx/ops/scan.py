@@ -167,7 +167,8 @@ def bincount(x, weights=None, minlength=0):
     if weights is None:
         out_dtype = dtypes.int64
     else:
-        out_dtype = zdtype(weights.dtype if weights.dtype in (torch.float32, torch.float64) else torch.float64)
+        out_dtype = zdtype(weights.dtype if weights.dtype in (torch.float32, torch.float64)
+                           else torch.float64)
     bins = minlength
     if n:
         extremes = g.pad(g.reshape(g.reduce("max", node, (0,)), (1,)), ((0, 1),))

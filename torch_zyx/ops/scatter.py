@@ -91,7 +91,8 @@ def scatter_reduce(x, dim, index, src, reduce, include_self=True):
     if not node.shape:
         node, idx, s = g.reshape(node, (1,)), g.reshape(idx, (1,)), g.reshape(s, (1,))
     elif not idx.shape:
-        idx, s = g.reshape(idx, (1,) * len(node.shape)), g.reshape(s, (1,) * len(node.shape)) if not s.shape else s
+        idx, s = (g.reshape(idx, (1,) * len(node.shape)),
+                  g.reshape(s, (1,) * len(node.shape)) if not s.shape else s)
     dim = dim % max(x.dim(), 1)
     out = scatter_reduce_node(node, dim, idx, s, reduce, include_self)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
@@ -202,7 +203,8 @@ def masked_scatter_backward(grad, mask, sizes):
     rank = g.binary("sub", inclusive_count(flag), g.const(1, dtypes.int64, (total,)))
     # Positions past the source's length cannot occur for valid inputs; clamp keeps them in range.
     idx = g.where(flag, g.binary("min", g.binary("max", rank, g.const(0, dtypes.int64, (total,))),
-                                 g.const(numel - 1, dtypes.int64, (total,))), g.const(0, dtypes.int64, (total,)))
+                                 g.const(numel - 1, dtypes.int64, (total,))),
+                  g.const(0, dtypes.int64, (total,)))
     src = g.where(flag, gnode, g.const(0, gnode.dtype, (total,)))
     out = _scatter_node(zero, 0, idx, src, True)
     return wrap(g.reshape(out, tuple(sizes)), grad._storage.device)
@@ -223,8 +225,8 @@ def _index_dim_source(x, dim, index, source, name: str):
         raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified "
                            f"dimension. Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}")
     if ss[d] != index.numel():
-        raise RuntimeError(f"{name}_(): Number of indices ({index.numel()}) should be equal to source.size(dim) "
-                           f"({ss[d]})")
+        raise RuntimeError(f"{name}_(): Number of indices ({index.numel()}) should be equal to "
+                           f"source.size(dim) ({ss[d]})")
     node = g.reshape(read(x), xs)
     src = g.reshape(g.cast(read(source), zdtype(x.dtype)), xs[:d] + (ss[d],) + xs[d + 1:])
     idx = g.reshape(g.cast(read(index), dtypes.int64), (1,) * d + (index.numel(),) + (1,) * (len(xs) - d - 1))
@@ -293,7 +295,8 @@ def scatter_with_reduce(x, dim, index, src, reduce):
     if index.numel() == 0:
         return wrap(node, x._storage.device)
     idx = g.cast(read(index), dtypes.int64)
-    s = g.cast(read(src), node.dtype) if isinstance(src, torch.Tensor) else g.const(src, node.dtype, idx.shape)
+    s = (g.cast(read(src), node.dtype) if isinstance(src, torch.Tensor)
+         else g.const(src, node.dtype, idx.shape))
     if not node.shape:
         node, idx, s = g.reshape(node, (1,)), g.reshape(idx, (1,)), g.reshape(s, (1,))
     dim = dim % max(x.dim(), 1)
@@ -344,7 +347,8 @@ _SEGMENT_DEFAULT = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": float("-inf"), 
 
 
 @register(aten.segment_reduce.default)
-def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False,
+                   initial=None):
     if reduce not in _SEGMENT_DEFAULT:
         raise RuntimeError(f"reduce argument must be either sum, prod, max, min or mean, got {reduce}")
     if lengths is None and offsets is None:
@@ -374,7 +378,8 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
         picked = g.where(member, src, g.const(neutral, acc, wide))
         out = g.reshape(g.reduce(op, picked, (red,)), out_shape)
     if op in ("max", "min"):
-        has_nan = g.reshape(g.reduce("max", g.binary("and", member, g.unary("isnan", src)), (red,)), out_shape)
+        has_nan = g.reshape(g.reduce("max", g.binary("and", member, g.unary("isnan", src)), (red,)),
+                            out_shape)
         out = g.binary(op, out, init_node)
         out = g.where(has_nan, g.const(float("nan"), acc, out_shape), out)
     elif node.dtype == acc or wide[red] > _SEQUENTIAL_HALF_MAX:

@@ -48,8 +48,8 @@ def _searchsorted(seq, values, out_int32, right, side, sorter):
     right = right or side == "right"
     scalar = not isinstance(values, torch.Tensor)
     if seq.dim() == 0:
-        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
-                           "dimension")
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive dimension, but "
+                           "got 0 dimension")
     if not scalar and seq.dim() != 1 and tuple(seq.shape[:-1]) != tuple(values.shape[:-1]):
         raise RuntimeError("torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
                            "dimensions of boundaries tensor and input value tensor must match, but we got "
@@ -60,7 +60,8 @@ def _searchsorted(seq, values, out_int32, right, side, sorter):
                                f"{str(sorter.dtype).split('.')[-1].capitalize()}")
         if tuple(sorter.shape) != tuple(seq.shape):
             raise RuntimeError("torch.searchsorted(): boundary and sorter must have the same size, but got "
-                               f"boundary tensor {list(seq.shape)} and got sorter tensor {list(sorter.shape)}")
+                               f"boundary tensor {list(seq.shape)} and got sorter tensor "
+                               f"{list(sorter.shape)}")
         seq = torch.gather(seq, -1, sorter)  # the row in sorted order (a lowered gather)
     compute, _ = result_dtype(seq, values)
     zc = zdtype(compute)
@@ -197,7 +198,8 @@ def _unique(x, dim, return_inverse, return_counts):
     n = rows.shape[0]
     if n == 0 or rows.shape[1] == 0 and dim is not None:
         if n and dim is not None:
-            raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot be applied ")
+            raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot be "
+                               "applied ")
         first = g.const(True, dtypes.bool_, (n,))
         slot = g.const(0, dtypes.int64, (n,))
         return _unique_result(x, dim, rows, rest, first, slot, 0 if n == 0 else 1, return_inverse,
@@ -232,8 +234,8 @@ def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
     rows, rest = _rows(x, dim)
     n = rows.shape[0]
     if n == 0:
-        return _unique_result(x, dim, rows, rest, g.const(True, dtypes.bool_, (0,)), g.const(0, dtypes.int64, (0,)),
-                              0, return_inverse, return_counts)
+        return _unique_result(x, dim, rows, rest, g.const(True, dtypes.bool_, (0,)),
+                              g.const(0, dtypes.int64, (0,)), 0, return_inverse, return_counts)
     # A run starts where the row differs from its left neighbour.
     cmp = _comparable(rows)
     prev = g.pad(g.shrink(cmp, ((0, n - 1), (0, rows.shape[1]))), ((1, 0), (0, 0)))

@@ -15,8 +15,8 @@ its new kernels before it launches the first). Each clBuildProgram has a fixed c
 dwarfs a small kernel's, mostly parsing clang's 900 KB opencl-c.h, which PoCL 3.1 includes in
 every build: measured ~0.8 s per one-kernel build, while 10 or 50 kernels built as one
 program take about the time of one. Per-kernel work (PoCL's work-group function and machine
-code, ~0.2-0.3 s at the kernel's first launch) stays per kernel. A batch that fails to build is built again kernel by
-kernel, so the failing kernel's launch raises its own ``CompileError``.
+code, ~0.2-0.3 s at the kernel's first launch) stays per kernel. A batch that fails to build is
+built again kernel by kernel, so the failing kernel's launch raises its own ``CompileError``.
 """
 
 from __future__ import annotations
