@@ -61,7 +61,6 @@ def python_value(dtype: DType, value):
     return value
 
 
-
 _packed: dict[tuple, bytes] = {}
 
 

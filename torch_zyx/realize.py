@@ -175,11 +175,9 @@ def _scalar_buffer(device: DeviceContext, dtype, values: list[float]) -> Buffer:
     """A device buffer holding one realization's scalar parameters of ``dtype``."""
     data = pack_scalars(dtype, values)
     buffer = Buffer(device, dtype, len(values))
-    wait = device.events.take([buffer.id])
     # The pool keeps ``host`` alive until an asynchronous copy (OpenCL) has read it.
     host = ctypes.create_string_buffer(data, len(data))
-    event = device.pool.host_to_pool(ctypes.addressof(host), len(data), host, buffer.raw, wait)
-    device.events.record([buffer.id], event)
+    buffer.write_from_host(ctypes.addressof(host), host)
     return buffer
 
 

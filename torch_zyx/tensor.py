@@ -429,7 +429,5 @@ def from_cpu(src: torch.Tensor, device) -> Node:
     dtype = zdtype(src.dtype)
     buffer = Buffer(device, dtype, src.numel())
     if src.numel():
-        wait = device.events.take([buffer.id])
-        event = device.pool.host_to_pool(src.data_ptr(), buffer.nbytes, src, buffer.raw, wait)
-        device.events.record([buffer.id], event)
+        buffer.write_from_host(src.data_ptr(), src)
     return g.reshape(g.buffer(buffer, dtype, src.numel()), tuple(src.shape))

@@ -30,6 +30,15 @@ class Buffer:
     def ptr(self) -> int:
         return self.raw.ptr
 
+    def write_from_host(self, src_ptr: int, keepalive) -> None:
+        """Fill the buffer from host address ``src_ptr`` (``nbytes`` bytes, owned by
+        ``keepalive``): asynchronous, after the work pending on it; later users wait through
+        the event table."""
+        device = self.device
+        wait = device.events.take([self.id])
+        event = device.pool.host_to_pool(src_ptr, self.nbytes, keepalive, self.raw, wait)
+        device.events.record([self.id], event)
+
     def __del__(self):
         device = getattr(self, "device", None)
         if device is None or getattr(self, "raw", None) is None:
