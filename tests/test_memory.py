@@ -93,6 +93,60 @@ def test_event_table_takes_events_touching_a_buffer():
     assert len(table.take_all()) == 1
 
 
+class _ReentrantEvent(Event):
+    """An event whose first ``is_done`` runs ``hook``: what a garbage collection in the middle
+    of a table walk does when it frees a Buffer (its ``__del__`` calls back into the table and
+    the pool on the same thread)."""
+
+    def __init__(self, hook):
+        super().__init__()
+        self.hook = hook
+
+    def is_done(self) -> bool:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return super().is_done()
+
+
+def test_event_table_walk_survives_reentrant_take():
+    table = EventTable()
+    finished = [Event() for _ in range(4)]
+    for i, event in enumerate(finished):
+        table.record([10 + i], event)
+    pending = Event()
+    # Re-entrant ``take`` prunes the finished events while the outer call is walking the table
+    # (it raised "dictionary changed size during iteration" in OpInfo gradient tests).
+    table.record([1], _ReentrantEvent(lambda: [e.set() for e in finished] and table.take([99])))
+    table.record([2], pending)
+    assert table.take([2]) == [pending]
+    assert table.take_all() == [table.take([1])[0], pending]
+
+
+def test_pool_empty_cache_survives_reentrant_free():
+    class HookedPool(HostPool):
+        hook = None
+
+        def _release_buffer(self, buffer) -> None:
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook()
+            super()._release_buffer(buffer)
+
+    pool = HookedPool()
+    small, _ = pool.allocate(4096)
+    other, _ = pool.allocate(8192)
+    pool.free(small, [])
+    # A Buffer of another size freed (by the garbage collector) while the cache is released:
+    # the walk over the cache must not fail, and the late buffer stays cached and counted.
+    pool.hook = lambda: pool.free(other, [])
+    pool.empty_cache()
+    assert pool.allocated == 0
+    assert pool.reserved == 8192
+    again, _ = pool.allocate(8192)
+    assert again is other
+
+
 def test_synchronize_waits_for_outputs_after_temporaries_are_freed():
     # A kernel's event covers its temporaries and its output; freeing the temporaries at the
     # end of realize must not drop the output's pending work from synchronize().

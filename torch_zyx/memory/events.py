@@ -56,10 +56,17 @@ class EventTable:
         # already holds the lock (GC runs at any allocation), which deadlocked a plain Lock.
         self._lock = threading.RLock()
 
+    # Every walk over the table walks a copy (``dict.copy`` clones without running Python
+    # code): the garbage collector can run at any allocation inside a walk, and a Buffer it
+    # frees calls ``take`` re-entrantly on this thread, whose ``_prune`` deletes entries; a
+    # walk over the live dict then fails with "dictionary changed size during iteration".
+
     def _prune(self) -> None:
         """Forget completed events (lock held): only pending work needs waiting on."""
-        for key in [k for k, e in self._events.items() if e.is_done()]:
-            del self._events[key]
+        events = self._events
+        for key, event in events.copy().items():
+            if event.is_done() and events.get(key) is event:
+                del events[key]
 
     def record(self, buffer_ids: Iterable[int], event: Event) -> None:
         key = frozenset(buffer_ids)
@@ -80,7 +87,7 @@ class EventTable:
         wanted = set(buffer_ids)
         with self._lock:
             self._prune()
-            return [e for k, e in self._events.items() if not wanted.isdisjoint(k)]
+            return [e for k, e in self._events.copy().items() if not wanted.isdisjoint(k)]
 
     def take_all(self) -> list[Event]:
         with self._lock:

@@ -48,13 +48,14 @@ class CachingPool:
 
     def _sweep(self) -> None:
         """Move freed buffers whose pending work finished into the cache (lock held)."""
-        still = []
-        for buffer, events in self._pending:
+        # Detached first: a buffer the garbage collector frees during the walk (re-entrant
+        # ``free`` on this thread) lands in the fresh list instead of being dropped with it.
+        pending, self._pending = self._pending, []
+        for buffer, events in pending:
             if all(e.is_done() for e in events):
                 self._cache[buffer.nbytes].append(buffer)
             else:
-                still.append((buffer, events))
-        self._pending = still
+                self._pending.append((buffer, events))
 
     def allocate(self, nbytes: int) -> tuple[object, Event | None]:
         with self._lock:
@@ -101,14 +102,15 @@ class CachingPool:
 
     def _release_cache(self, wait_pending: bool = False) -> None:
         if wait_pending:
-            for _buffer, events in self._pending:
+            for _buffer, events in list(self._pending):
                 wait_all(events)
         self._sweep()
-        for buffers in self._cache.values():
+        # Swapped out before the walk, for the same reason as in ``_sweep``.
+        cache, self._cache = self._cache, defaultdict(list)
+        for buffers in cache.values():
             for buffer in buffers:
                 self.reserved -= buffer.nbytes
                 self._release_buffer(buffer)
-        self._cache.clear()
 
     def empty_cache(self) -> None:
         with self._lock:
