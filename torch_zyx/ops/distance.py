@@ -141,8 +141,8 @@ def pdist(x, p=2):
     wide = (pairs, n * n)
     k = g.expand(g.reshape(g.iota((pairs,)), (pairs, 1)), wide)
     hit = g.binary("eq", g.expand(g.reshape(slots, (1, n * n)), wide), k)
-    out = g.reduce("sum", g.where(hit, g.expand(g.reshape(full, (1, n * n)), wide), g.const(0, a.dtype, wide)),
-                   (1,))
+    picked = g.where(hit, g.expand(g.reshape(full, (1, n * n)), wide), g.const(0, a.dtype, wide))
+    out = g.reduce("sum", picked, (1,))
     return wrap(g.cast(g.reshape(out, (pairs,)), zdtype(x.dtype)), x._storage.device)
 
 
