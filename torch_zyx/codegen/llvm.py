@@ -302,8 +302,20 @@ class LLVMRenderer:
                 f"#0 {{\nentry:\n" + "\n".join(self.allocas))
         del out_args
         declares = "\n".join(sorted(self.declares))
+        stream = f' "{STREAM_ATTRIBUTE}"' if self.streams_stores() else ""
         return (f"{declares}\n\n{head}\n{body}\n  ret void\n}}\n\n"
-                'attributes #0 = { nounwind "no-trapping-math"="true" }\n' + self.alias_metadata())
+                f'attributes #0 = {{ nounwind "no-trapping-math"="true"{stream} }}\n' + self.alias_metadata())
+
+    def streams_stores(self) -> bool:
+        """Whether the kernel's stores may bypass the caches: it writes more than they hold, and
+        reads back none of what it writes (softmax stores its exponentials and rescales them
+        from the cache; streamed, each row would come back from memory)."""
+        if self.kernel.bytes < STREAM_STORE_BYTES:
+            return False
+        instrs = self.kernel.instrs
+        stored = {instrs[ins.srcs[0]].arg for ins in instrs if ins.op == "STORE"}
+        return not any(ins.op == "LOAD" and instrs[ins.srcs[0]].op == "BUF"
+                       and instrs[ins.srcs[0]].arg in stored for ins in instrs)
 
     def alias_tags(self, buf: int) -> str:
         """Alias scope of an access to kernel buffer ``buf`` (a BUF instruction): each buffer is
@@ -335,7 +347,10 @@ class LLVMRenderer:
         op = ins.op
         if op == "BUF":
             slot_ptr = self.emit(f"getelementptr ptr, ptr %bufs, i64 {ins.arg}", "p")
-            self.values[i] = self.emit(f"load ptr, ptr {slot_ptr}, !invariant.load !0", "b")
+            # Every CPU buffer is 64-byte aligned (memory/host.py): with that known, LLVM
+            # marks the vector accesses of contiguous loops aligned, which streaming stores
+            # need (runtime/cpu.py).
+            self.values[i] = self.emit(f"load ptr, ptr {slot_ptr}, !invariant.load !0, !align !6", "b")
         elif op == "PARAM":
             ptr = self.emit(f"getelementptr i64, ptr %params, i64 {ins.arg}", "p")
             self.values[i] = self.emit(f"load i64, ptr {ptr}", "q")
@@ -452,6 +467,15 @@ class LLVMRenderer:
         self.lines.append(f"{exit_}:")
 
 
+# A kernel storing at least this many bytes (and reading none of them back) gets
+# STREAM_ATTRIBUTE, and the CPU runtime makes its aligned vector stores non-temporal: the output
+# goes to memory without first being read into the caches (a third less memory traffic for
+# elementwise ops) and without evicting what they hold. Measured on a 2-core EPYC VM: x * 2 on
+# 16 MB 2.7 -> 2.1 ms, layer norm 1024x4096 3.4 -> 2.4 ms (kernel alone); writing 2 MB and
+# reading it in the next kernel still 20-30% faster; no difference at 1 MB, so not below 2 MB.
+STREAM_STORE_BYTES = 2 << 20
+STREAM_ATTRIBUTE = "zyx-stream-stores"
+
 # Alias metadata (``LLVMRenderer.alias_tags``): the domain, then from ``_SCOPE_LISTS`` on per
 # buffer its scope list, its "not these" list and its scope.
 _ALIAS_DOMAIN = 9
@@ -460,6 +484,7 @@ _SCOPE_LISTS = 10
 # (a loop that must not vectorize is not unrolled either).
 LOOP_METADATA = {True: "!1", False: "!3"}
 METADATA = '''!0 = !{}
+!6 = !{i64 64}
 !1 = distinct !{!1, !2}
 !2 = !{!"llvm.loop.mustprogress"}
 !3 = distinct !{!3, !2, !4, !5}

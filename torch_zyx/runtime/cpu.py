@@ -14,10 +14,12 @@ import itertools
 import logging
 import os
 import queue
+import re
 import threading
 
 import llvmlite.binding as llvm
 
+from ..codegen.llvm import STREAM_ATTRIBUTE
 from ..config import CONFIG, DEBUG_COMPILE
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
@@ -30,6 +32,22 @@ _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c
 _SERIAL_WORK = 1 << 15
 # Outer iterations are split into this many chunks per thread.
 _CHUNKS_PER_THREAD = 4
+
+
+# An optimized vector store: lanes, element type, alignment.
+_VECTOR_STORE = re.compile(r"(  store <(\d+) x (\w+)> [^\n]*?, align (\d+))")
+_ELEMENT_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat": 2, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
+
+
+def _nontemporal(match: re.Match) -> str:
+    """One vector store, marked non-temporal when it fills a whole aligned 16, 32 or 64-byte
+    register: x86 has no non-temporal store for anything smaller or unaligned, and LLVM would
+    split it into scalar ones (much slower than plain stores)."""
+    store, lanes, element, align = match.groups()
+    nbytes = int(lanes) * _ELEMENT_BYTES.get(element, 0)
+    if nbytes in (16, 32, 64) and int(align) >= nbytes:
+        return store + ", !nontemporal !{i32 1}"
+    return store
 
 
 class _Workers:
@@ -148,6 +166,18 @@ class CPUDevice:
         pass_builder = llvm.create_pass_builder(self.target_machine, pto)
         pass_builder.getModulePassManager().run(module, pass_builder)
 
+    def _stream_stores(self, module):
+        """The optimized module with its full, aligned vector stores non-temporal, and an
+        ``sfence`` before returning: non-temporal stores are weakly ordered, and the thread that
+        learns the chunk finished (through the event) must see them."""
+        text = _VECTOR_STORE.sub(_nontemporal, str(module))
+        if "!nontemporal" not in text:
+            return module
+        text = text.replace("  ret void", "  call void @llvm.x86.sse.sfence()\n  ret void")
+        streamed = llvm.parse_assembly(f"{text}\ndeclare void @llvm.x86.sse.sfence()\n")
+        streamed.triple = self.triple
+        return streamed
+
     def compile(self, name: str, source: str) -> CPUProgram:
         digest = hashlib.sha256((self.triple + llvm.get_host_cpu_name() + source).encode()).hexdigest()[:32]
         cached_object = self._cache_dir / f"{digest}.o"
@@ -162,6 +192,8 @@ class CPUDevice:
             cached = cached_object.read_bytes() if CONFIG.disk_cache and cached_object.exists() else None
             if cached is None:
                 self._optimize(module)
+                if f'"{STREAM_ATTRIBUTE}"' in source and self.triple.startswith("x86_64"):
+                    module = self._stream_stores(module)
                 if CONFIG.debug & DEBUG_COMPILE:
                     print(f"zyx compile {name}: {len(source)} chars of LLVM IR")
             engine = llvm.create_mcjit_compiler(module, self.target_machine)
