@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import itertools
 import logging
 import os
 import queue
@@ -30,8 +29,8 @@ log = logging.getLogger("torch_zyx")
 _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 # Below this many scalar operations a launch runs on the calling thread: waking the pool costs more.
 _SERIAL_WORK = 1 << 15
-# Outer iterations are split into this many chunks per thread.
-_CHUNKS_PER_THREAD = 4
+# The smallest chunk of a parallel launch, in scalar operations (about 10-20 us of work).
+_GRAIN_WORK = 1 << 16
 
 
 # An optimized vector store: lanes, element type, alignment.
@@ -91,33 +90,37 @@ class CPUProgram:
             wait_all(wait_events)
             self._fn(pointers, param_array, 0, global_size)
             return completed()
-        # More chunks than threads, taken in turn: on a machine shared with other work a thread
-        # that loses its core leaves its chunks to the others instead of holding up the launch.
-        chunks = min(threads * _CHUNKS_PER_THREAD, global_size)
-        bounds = [global_size * c // chunks for c in range(chunks + 1)]
-        workers = min(threads, chunks)
+        # Guided self-scheduling: each take is a share of what is left (1 / (2 * threads) of
+        # it, at least a grain), so the first chunks are large (few round trips through the
+        # GIL) and the last ones small: the threads finish together. On a machine shared with
+        # other work a thread that loses its core leaves the rest to the others.
+        grain = max(1, global_size * _GRAIN_WORK // max(work, 1))
+        workers = min(threads, -(-global_size // grain))
         event = Event(keepalive=(pointers, param_array, buffers))
-        taken = itertools.count()
-        remaining = [workers]
+        state = [0, workers]  # next outer iteration, workers still running
         lock = threading.Lock()
+        share = 2 * threads
 
-        def take() -> int:
+        def take() -> tuple[int, int]:
             with lock:
-                return next(taken)
+                start = state[0]
+                end = min(global_size, start + max(grain, (global_size - start) // share))
+                state[0] = end
+                return start, end
 
         def run_chunks() -> None:
             error = None
             try:
                 wait_all(wait_events)
-                c = take()
-                while c < chunks:
-                    self._fn(pointers, param_array, bounds[c], bounds[c + 1])
-                    c = take()
+                start, end = take()
+                while start < end:
+                    self._fn(pointers, param_array, start, end)
+                    start, end = take()
             except BaseException as exc:  # noqa: BLE001  (any failure is surfaced through the event)
                 error = exc
             with lock:
-                remaining[0] -= 1
-                last = remaining[0] == 0
+                state[1] -= 1
+                last = state[1] == 0
             if last or error is not None:
                 event.set(error)
 
