@@ -177,7 +177,7 @@ def _scalar_buffer(device: DeviceContext, dtype, values: list[float]) -> Buffer:
     buffer = Buffer(device, dtype, len(values))
     # The pool keeps ``host`` alive until an asynchronous copy (OpenCL) has read it.
     host = ctypes.create_string_buffer(data, len(data))
-    buffer.write_from_host(ctypes.addressof(host), host)
+    buffer.write_from_host(ctypes.addressof(host), host, fresh=True)
     return buffer
 
 

@@ -30,14 +30,16 @@ class Buffer:
     def ptr(self) -> int:
         return self.raw.ptr
 
-    def write_from_host(self, src_ptr: int, keepalive) -> None:
+    def write_from_host(self, src_ptr: int, keepalive, fresh: bool = False) -> None:
         """Fill the buffer from host address ``src_ptr`` (``nbytes`` bytes, owned by
         ``keepalive``): asynchronous, after the work pending on it; later users wait through
-        the event table."""
+        the event table. ``fresh``: the buffer was just made, so no work can be pending on it
+        (events are keyed by buffer id)."""
         device = self.device
-        wait = device.events.take([self.id])
+        wait = [] if fresh else device.events.take([self.id])
         event = device.pool.host_to_pool(src_ptr, self.nbytes, keepalive, self.raw, wait)
-        device.events.record([self.id], event)
+        if not event.is_done():  # a finished copy (the host pool's) is nothing to wait for
+            device.events.record([self.id], event)
 
     def __del__(self):
         device = getattr(self, "device", None)

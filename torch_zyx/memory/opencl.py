@@ -27,7 +27,7 @@ class CLEvent(Event):
         self.cl_event = cl_event
 
     def is_done(self) -> bool:
-        if self._done.is_set():
+        if self._done:
             return True
         status = self.cl_event.command_execution_status
         if status < 0:
@@ -38,7 +38,7 @@ class CLEvent(Event):
         return False
 
     def wait(self) -> None:
-        if not self._done.is_set():
+        if not self._done:
             error = None
             try:
                 self.cl_event.wait()
@@ -53,7 +53,7 @@ def cl_wait_list(events: list[Event], context) -> list:
     out = []
     for event in events:
         if isinstance(event, CLEvent) and event.cl_event.context == context:
-            if not event._done.is_set():
+            if not event._done:
                 out.append(event.cl_event)
         else:
             event.wait()
