@@ -368,6 +368,40 @@ def wrap(node: Node, device) -> ZyxTensor:
     return out
 
 
+def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
+    """``wrap(node, device)`` for a ``node`` of the shape of ``like``, a dense tensor that is its
+    whole storage (the recording fast paths of ops.elementwise): ``like``'s metadata, device and
+    element count are the result's, so none of them is computed again."""
+    source = like._storage
+    storage = _new_storage(Storage)
+    storage._value = None
+    storage._shaped = node
+    storage.dtype = dtype = node.dtype
+    storage.numel = source.numel
+    storage.device = device = source.device
+    live = _live_storages
+    live.append(_weak(storage))
+    if len(live) > _sweep["at"]:
+        _sweep_storages()
+    if _pending.count > CONFIG.max_pending:
+        realize_all()
+    torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
+    out = _make_wrapper_subclass(ZyxTensor, node.shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device,
+                                 storage_size=_VIRTUAL_STORAGE_BYTES)
+    out._storage = storage
+    out._zmeta = like._zmeta
+    return out
+
+
+def assign_whole(t: ZyxTensor, node: Node) -> ZyxTensor:
+    """``write(t, node)`` for a ``t`` that is its whole storage and a ``node`` of its shape and
+    dtype (the in-place fast paths of ops.elementwise): the node becomes the storage's value."""
+    t._storage.assign(node)
+    if _pending.count > CONFIG.max_pending:
+        realize_all()
+    return t
+
+
 def write(t: ZyxTensor, node: Node) -> None:
     """Overwrite ``t``'s region of its storage with ``node`` (cast and broadcast to ``t``)."""
     storage = t._storage

@@ -100,6 +100,12 @@ def _intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DTyp
         existing = ref()
         if existing is not None:
             return existing
+    return _build(key, op, arg, srcs, dtype, shape)
+
+
+def _build(key: tuple, op: str, arg: Any, srcs: tuple[Node, ...], dtype: DType,
+           shape: tuple[int, ...]) -> Node:
+    """Make and intern the node ``key`` (looked up and not found by the caller)."""
     node = _new_node(Node)
     node.op = op
     node.arg = arg
@@ -112,6 +118,33 @@ def _intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DTyp
     _interned[key] = ref
     PendingCounter.count += 1
     return node
+
+
+def binary_node(op: str, x: Node, y: Node, dtype: DType) -> Node:
+    """``binary(op, x, y)`` for callers that checked what it asserts (``x`` and ``y`` of one
+    shape and dtype, ``dtype`` the result's: bool for comparisons): the recording fast paths."""
+    srcs = (x, y)
+    shape = x.shape
+    key = ("BINARY", op, srcs, dtype, shape)
+    ref = _lookup(key)
+    if ref is not None:
+        node = ref()
+        if node is not None:
+            return node
+    return _build(key, "BINARY", op, srcs, dtype, shape)
+
+
+def unary_node(op: str, x: Node) -> Node:
+    """``unary(op, x)`` for an ``op`` whose result has ``x``'s dtype (all but isnan)."""
+    srcs = (x,)
+    dtype, shape = x.dtype, x.shape
+    key = ("UNARY", op, srcs, dtype, shape)
+    ref = _lookup(key)
+    if ref is not None:
+        node = ref()
+        if node is not None:
+            return node
+    return _build(key, "UNARY", op, srcs, dtype, shape)
 
 
 # Bound once: interning is the hot path of recording (the table is never replaced).

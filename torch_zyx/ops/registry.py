@@ -264,6 +264,25 @@ def promoted_pair(x, y, kind=PROMOTE_DEFAULT) -> tuple[Node, Node, object, objec
     return None
 
 
+def fast_plan(args, kind, floats_only: bool = False):
+    """The result's zyx dtype when the op ``kind`` of ``args`` computes in the dtype of
+    ``args[0]`` (a zyx tensor; the others Python scalars or zyx tensors of its dtype), else
+    False: the test of the recording fast paths in elementwise.py, memoized there per op.
+
+    Neither answer depends on the default dtype, though the fast paths key it by operand
+    classes only: the default dtype enters promotion only for an integer or bool tensor with a
+    float operand (or an int-to-float op), whose computation dtype is then not the tensor's.
+    Bool tensors never take the fast path (their add is an ``or``, their sub an error), nor
+    other integers when ``floats_only`` (the op is no primitive on them, as pow)."""
+    dtype = args[0]._storage.dtype
+    if dtype.kind == "b" or (floats_only and dtype.kind != "f"):
+        return False
+    compute, result = elementwise_dtypes(*args, type_promotion_kind=kind)
+    if TORCH_TO_ZYX.get(compute) is not dtype:
+        return False
+    return TORCH_TO_ZYX.get(result, False)
+
+
 def _scalar(x, dtype) -> Node:
     """A Python scalar or a one-element CPU tensor as a 0-d CONST of zyx ``dtype``."""
     if isinstance(x, torch.Tensor):
