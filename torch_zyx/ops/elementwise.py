@@ -431,8 +431,10 @@ def _fast_binary(name: str, slow, inplace: bool):
         alpha = kwargs.pop("alpha", 1) if kwargs else 1  # (add, sub, rsub: y scaled by alpha)
         if rest or kwargs:
             return fallback(x, y, rest, {"alpha": alpha, **kwargs} if alpha != 1 else kwargs)
-        xn = _whole(x)
-        if xn is None:
+        # _whole(x), inline (a call less on every recorded op)
+        xn = x._storage._shaped if x.__class__ is ZyxTensor else None
+        meta = x._zmeta if xn is not None else None
+        if meta is None or not meta[3] or xn.shape != meta[0] or not meta[0]:
             return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
         dtype, shape = xn.dtype, xn.shape
         yc = y.__class__
