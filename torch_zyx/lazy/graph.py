@@ -60,10 +60,18 @@ def _forget(ref: _KeyedRef) -> None:
         del _interned[ref.key]
 
 
-class PendingCounter:
-    """Counts nodes built since the last realization (the 'pending graph size' trigger)."""
+class _PendingCounter:
+    """Counts nodes built since the last realization (the 'pending graph size' trigger). One
+    instance, ``PendingCounter``: incrementing a class attribute instead cost ~0.13 us per node
+    (writing to a class invalidates its attribute caches)."""
 
-    count = 0
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+PendingCounter = _PendingCounter()
 
 
 class Node:
