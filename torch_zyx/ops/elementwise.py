@@ -406,12 +406,17 @@ _binary_node = g.binary_node
 
 
 def _whole(x) -> Node | None:
-    """``x``'s node when ``x`` is a zyx tensor, not 0-d, that is its whole storage, else None."""
+    """``x``'s node when ``x`` is a zyx tensor, not 0-d, that is its whole storage (dense, and
+    as many elements: a fresh result, or a realized tensor), else None."""
     if x.__class__ is ZyxTensor:
         meta = x._zmeta
-        node = x._storage._shaped
-        if meta is not None and meta[3] and node is not None and meta[0] and node.shape == meta[0]:
-            return node
+        if meta is not None and meta[3] and meta[0]:
+            storage = x._storage
+            node = storage._shaped
+            if node is not None and node.shape == meta[0]:
+                return node
+            if storage.numel == math.prod(meta[0]):
+                return read(x)
     return None
 
 
@@ -431,11 +436,13 @@ def _fast_binary(name: str, slow, inplace: bool):
         alpha = kwargs.pop("alpha", 1) if kwargs else 1  # (add, sub, rsub: y scaled by alpha)
         if rest or kwargs:
             return fallback(x, y, rest, {"alpha": alpha, **kwargs} if alpha != 1 else kwargs)
-        # _whole(x), inline (a call less on every recorded op)
+        # _whole(x), its commonest case (an op's fresh result) inline: a call less per op
         xn = x._storage._shaped if x.__class__ is ZyxTensor else None
         meta = x._zmeta if xn is not None else None
         if meta is None or not meta[3] or xn.shape != meta[0] or not meta[0]:
-            return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
+            xn = _whole(x)
+            if xn is None:
+                return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
         dtype, shape = xn.dtype, xn.shape
         yc = y.__class__
         if yc is ZyxTensor:
