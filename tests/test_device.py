@@ -180,6 +180,19 @@ def test_no_fallback_raises(monkeypatch):
         torch.histc(x)
 
 
+def test_no_fallback_in_backward_raises_after_it(monkeypatch):
+    # hardshrink's backward decomposes into ops including prims.device_put, whose lowering is
+    # taken out. Raised inside autograd's engine the error would abort the process (PyTorch's
+    # Python device guard); it is raised at the next read instead, and the state is clean after.
+    monkeypatch.setattr(CONFIG, "cpu_fallback", False)
+    _hide_lowering(monkeypatch, torch.ops.prims.device_put.default)
+    x = torch.randn(6, device="zyx", requires_grad=True)
+    torch.nn.functional.hardshrink(x, 0.5).sum().backward()
+    with pytest.raises(NotImplementedError, match=r"no lowering for prims\.device_put.*=0"):
+        x.grad.cpu()
+    assert (x * 2).cpu().shape == (6,)
+
+
 def test_fallback_runs_on_cpu_and_counts(counters, monkeypatch):
     _hide_lowering(monkeypatch, torch.ops.aten.histc.default)
     x = torch.randn(5, 5)

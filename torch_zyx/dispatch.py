@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_map
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
-from .tensor import ZyxTensor, from_cpu, read, set_dispatcher, to_cpu, wrap, write
+from .tensor import ZyxTensor, defer_error, from_cpu, read, set_dispatcher, to_cpu, wrap, write
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
@@ -168,8 +168,14 @@ def cpu_fallback(func, args, kwargs):
     name = str(func)
     dtypes_ = sorted({str(a.dtype) for a in _tensors(args, kwargs)})
     if not CONFIG.cpu_fallback:
-        raise NotImplementedError(f"zyx: no lowering for {name} (dtypes {', '.join(dtypes_)}) and "
-                                  "ZYX_CPU_FALLBACK=0")
+        error = NotImplementedError(f"zyx: no lowering for {name} (dtypes {', '.join(dtypes_)}) and "
+                                    "ZYX_CPU_FALLBACK=0")
+        if torch._C._current_autograd_node() is None:
+            raise error
+        # Inside a backward node run by autograd's engine an exception aborts the process
+        # (PyTorch's Python device guard calls back into Python while the error is still set,
+        # std::terminate): compute on the CPU and raise at the next realization outside it.
+        defer_error(error)
     bump("cpu_fallbacks")
     if name not in _warned:
         _warned.add(name)

@@ -435,8 +435,26 @@ def _maybe_flush() -> None:
         realize_all()
 
 
+# Errors raised where raising would abort the process (inside autograd's engine: see
+# dispatch.cpu_fallback), kept to be raised at the next realization or read outside it.
+_deferred_errors: list[BaseException] = []
+
+
+def defer_error(error: BaseException) -> None:
+    _deferred_errors.append(error)
+
+
+def _raise_deferred() -> None:
+    if torch._C._current_autograd_node() is None:
+        error = _deferred_errors[0]
+        _deferred_errors.clear()
+        raise error
+
+
 def realize_all(device=None) -> None:
     """Realize every pending storage (of ``device`` only, when given) together."""
+    if _deferred_errors:
+        _raise_deferred()
     g.PendingCounter.count = 0
     by_device: dict[int, list[Storage]] = {}
     for storage in pending_storages():
@@ -452,6 +470,8 @@ def realize_all(device=None) -> None:
 
 def to_cpu(t: ZyxTensor) -> torch.Tensor:
     """A CPU copy of ``t`` (realizes its storage)."""
+    if _deferred_errors:
+        _raise_deferred()
     storage = t._storage
     buffer = storage.realize()
     device = storage.device

@@ -158,6 +158,13 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
     return wrap(g.cast(node, zdtype(dtype)), target)
 
 
+@register(torch.ops.prims.device_put.default)
+def device_put(x, device, non_blocking=False):
+    """A copy of ``x`` on ``device`` (PyTorch's reference decompositions, e.g. of shrink and
+    padding backwards, move their scalar operands with it)."""
+    return _to_copy(x, device=device, non_blocking=non_blocking)
+
+
 @register(aten.clone.default)
 def clone(x, memory_format=None):
     meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
