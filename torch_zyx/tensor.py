@@ -129,10 +129,11 @@ def pending_storages() -> list[Storage]:
     return [s for s in storages if s is not None and s.value.op != "BUFFER"]
 
 
-# The wrapper's own storage is a placeholder (data lives in ``Storage``) of the size PyTorch
-# computes for the tensor's geometry: declaring it huge (``storage_size``) cost ~1 us per made
-# tensor; ``restride`` grows it when an in-place metadata change (resize_, as_strided_, set_)
-# needs more, which PyTorch's bounds check would otherwise refuse.
+# The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
+# in-place metadata changes (resize_, as_strided_, set_) pass PyTorch's bounds check (the fast
+# paths' ``wrap_like`` leaves it exact, and ``restride`` grows it when needed).
+_VIRTUAL_STORAGE_BYTES = 1 << 50
+
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 
 # zyx device index → its torch.device (making a torch.device costs about a microsecond).
@@ -167,10 +168,12 @@ class ZyxTensor(torch.Tensor):
         zmeta = make_meta(shape, strides, offset)
         dtype, device = ZYX_TO_TORCH[storage.dtype], _torch_device(storage.device.index)
         if zmeta[3]:  # contiguous from 0: _make_wrapper_subclass's defaults (cheaper than passing them)
-            out = _make_wrapper_subclass(cls, shape, dtype=dtype, device=device, requires_grad=requires_grad)
+            out = _make_wrapper_subclass(cls, shape, dtype=dtype, device=device, requires_grad=requires_grad,
+                                         storage_size=_VIRTUAL_STORAGE_BYTES)
         else:
             out = _make_wrapper_subclass(cls, shape, strides=strides, storage_offset=offset, dtype=dtype,
-                                         device=device, requires_grad=requires_grad)
+                                         device=device, requires_grad=requires_grad,
+                                         storage_size=_VIRTUAL_STORAGE_BYTES)
         out._storage = storage
         out._zmeta = zmeta
         return out
@@ -325,9 +328,9 @@ def restride(t: ZyxTensor, storage: Storage, size, strides, offset: int) -> None
     with no_dispatch():
         extent = offset + 1 + sum((n - 1) * stride for n, stride in zip(size, strides)) if all(size) else 0
         if extent * t.element_size() > t.untyped_storage().nbytes():
-            # The placeholder storage is too small for the new geometry (it is sized for the
-            # tensor as made): the Meta kernel of set_ sets the geometry and grows the
-            # placeholder's byte count (there is no data to allocate); as_strided_ would refuse.
+            # The placeholder storage is too small for the new geometry (``wrap_like`` makes it
+            # the tensor's own size): the Meta kernel of set_ sets the geometry and grows the
+            # placeholder's byte count (there is no data to allocate), as_strided_ would refuse.
             with torch._C._IncludeDispatchKeyGuard(torch._C.DispatchKey.Meta):
                 torch.Tensor.set_(t, t.untyped_storage(), offset, size, strides)
         else:
@@ -371,7 +374,8 @@ def wrap(node: Node, device) -> ZyxTensor:
         realize_all()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
     # Contiguous with offset 0 are _make_wrapper_subclass's defaults (cheaper than passing them).
-    out = _make_wrapper_subclass(ZyxTensor, shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device)
+    out = _make_wrapper_subclass(ZyxTensor, shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device,
+                                 storage_size=_VIRTUAL_STORAGE_BYTES)
     out._storage = storage
     out._zmeta = _dense_metas.get(shape) or _dense_meta(shape)
     return out
@@ -395,6 +399,8 @@ def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
     if _pending.count > CONFIG.max_pending:
         realize_all()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
+    # The placeholder storage is the tensor's own size, not _VIRTUAL_STORAGE_BYTES (passing a
+    # storage_size costs ~1 us per op): ``restride`` grows it when a metadata change needs more.
     out = _make_wrapper_subclass(ZyxTensor, node.shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device)
     out._storage = storage
     out._zmeta = like._zmeta
