@@ -130,8 +130,7 @@ def pending_storages() -> list[Storage]:
 
 
 # The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
-# in-place metadata changes (resize_, as_strided_, set_) pass PyTorch's bounds check (the fast
-# paths' ``wrap_like`` leaves it exact, and ``restride`` grows it when needed).
+# in-place metadata changes (resize_, as_strided_, set_) always pass PyTorch's bounds check.
 _VIRTUAL_STORAGE_BYTES = 1 << 50
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
@@ -326,15 +325,7 @@ def restride(t: ZyxTensor, storage: Storage, size, strides, offset: int) -> None
     size, strides = tuple(size), tuple(strides)
     t._storage = storage
     with no_dispatch():
-        extent = offset + 1 + sum((n - 1) * stride for n, stride in zip(size, strides)) if all(size) else 0
-        if extent * t.element_size() > t.untyped_storage().nbytes():
-            # The placeholder storage is too small for the new geometry (``wrap_like`` makes it
-            # the tensor's own size): the Meta kernel of set_ sets the geometry and grows the
-            # placeholder's byte count (there is no data to allocate), as_strided_ would refuse.
-            with torch._C._IncludeDispatchKeyGuard(torch._C.DispatchKey.Meta):
-                torch.Tensor.set_(t, t.untyped_storage(), offset, size, strides)
-        else:
-            torch.Tensor.as_strided_(t, size, strides, offset)
+        torch.Tensor.as_strided_(t, size, strides, offset)
     t._zmeta = make_meta(size, strides, offset)
 
 
@@ -399,9 +390,8 @@ def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
     if _pending.count > CONFIG.max_pending:
         realize_all()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
-    # The placeholder storage is the tensor's own size, not _VIRTUAL_STORAGE_BYTES (passing a
-    # storage_size costs ~1 us per op): ``restride`` grows it when a metadata change needs more.
-    out = _make_wrapper_subclass(ZyxTensor, node.shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device)
+    out = _make_wrapper_subclass(ZyxTensor, node.shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device,
+                                 storage_size=_VIRTUAL_STORAGE_BYTES)
     out._storage = storage
     out._zmeta = like._zmeta
     return out
