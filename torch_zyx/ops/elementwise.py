@@ -373,8 +373,8 @@ def _make_add(sign_: int, reverse: bool):
 
 
 for _op, _sign, _rev in ((aten.add.Tensor, 1, False), (aten.add.Scalar, 1, False),
-                         (aten.sub.Tensor, -1, False), (aten.sub.Scalar, -1, False), (aten.rsub.Tensor, -1, True),
-                         (aten.rsub.Scalar, -1, True)):
+                         (aten.sub.Tensor, -1, False), (aten.sub.Scalar, -1, False),
+                         (aten.rsub.Tensor, -1, True), (aten.rsub.Scalar, -1, True)):
     register(_op)(_make_add(_sign, _rev))
 
 
