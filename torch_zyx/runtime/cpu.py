@@ -18,7 +18,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-from ..codegen.llvm import STREAM_ATTRIBUTE
+from ..codegen.llvm import STREAM_ATTRIBUTE, STREAM_LOADS_ATTRIBUTE
 from ..config import CONFIG, DEBUG_COMPILE
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
@@ -36,6 +36,40 @@ _GRAIN_WORK = 1 << 16
 # An optimized vector store: lanes, element type, alignment.
 _VECTOR_STORE = re.compile(r"(  store <(\d+) x (\w+)> [^\n]*?, align (\d+))")
 _ELEMENT_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat": 2, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
+
+
+# An optimized vector load tagged with its buffer's alias scope list.
+_VECTOR_LOAD = re.compile(r"^  %[\w.]+ = load <\d+ x \w+>, ptr (%[\w.]+), align \d+, !alias\.scope (![0-9]+)",
+                          re.MULTILINE)
+# The alias metadata of buffer K (codegen/llvm.py ``alias_metadata``), as LLVM prints it again.
+_SCOPE_NODE = re.compile(r'^(![0-9]+) = distinct !\{![0-9]+, ![0-9]+, !"buffer (\d+)"\}', re.MULTILINE)
+_SCOPE_LIST = re.compile(r"^(![0-9]+) = !\{(![0-9]+)\}$", re.MULTILINE)
+_STREAM_LOADS = re.compile(STREAM_LOADS_ATTRIBUTE + r'"="([0-9,]+)"')
+# How far ahead of a streamed load its prefetch reaches: 8 cache lines.
+_PREFETCH_BYTES = 512
+
+
+def _prefetch_streamed_loads(text: str, slots: set[int]) -> str:
+    """``text`` with a non-temporal prefetch (``llvm.prefetch`` locality 0: ``prefetchnta``
+    on x86) ``_PREFETCH_BYTES`` ahead of every vector load from a buffer in ``slots``."""
+    scope_slot = {m.group(1): int(m.group(2)) for m in _SCOPE_NODE.finditer(text)}
+    list_slot = {m.group(1): scope_slot[m.group(2)] for m in _SCOPE_LIST.finditer(text)
+                 if m.group(2) in scope_slot}
+    count = 0
+
+    def prefetch(match: re.Match) -> str:
+        nonlocal count
+        if list_slot.get(match.group(2)) not in slots:
+            return match.group(0)
+        count += 1
+        ahead = f"%zyx.ahead{count}"
+        return (f"  {ahead} = getelementptr i8, ptr {match.group(1)}, i64 {_PREFETCH_BYTES}\n"
+                f"  call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 0, i32 1)\n{match.group(0)}")
+
+    text = _VECTOR_LOAD.sub(prefetch, text)
+    if count:
+        text += "\ndeclare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
+    return text
 
 
 def _nontemporal(match: re.Match) -> str:
@@ -124,6 +158,15 @@ class CPUProgram:
             if last or error is not None:
                 event.set(error)
 
+        def help_run() -> None:
+            # A waiting thread joins as one more worker while chunks are left.
+            with lock:
+                if state[0] >= global_size:
+                    return
+                state[1] += 1
+            run_chunks()
+
+        event.help_with(help_run)
         for _ in range(workers):
             self.device.workers.submit(run_chunks)
         return event
@@ -169,13 +212,17 @@ class CPUDevice:
         pass_builder = llvm.create_pass_builder(self.target_machine, pto)
         pass_builder.getModulePassManager().run(module, pass_builder)
 
-    def _stream_stores(self, module):
+    def _stream(self, module, source: str):
         """The optimized module with its full, aligned vector stores non-temporal, and an
         ``sfence`` before returning: non-temporal stores are weakly ordered, and the thread that
-        learns the chunk finished (through the event) must see them."""
+        learns the chunk finished (through the event) must see them. The vector loads of the
+        buffers the kernel streams in are prefetched non-temporally."""
         text = _VECTOR_STORE.sub(_nontemporal, str(module))
         if "!nontemporal" not in text:
             return module
+        streamed = _STREAM_LOADS.search(source)
+        if streamed is not None:
+            text = _prefetch_streamed_loads(text, {int(slot) for slot in streamed.group(1).split(",")})
         text = text.replace("  ret void", "  call void @llvm.x86.sse.sfence()\n  ret void")
         streamed = llvm.parse_assembly(f"{text}\ndeclare void @llvm.x86.sse.sfence()\n")
         streamed.triple = self.triple
@@ -196,7 +243,7 @@ class CPUDevice:
             if cached is None:
                 self._optimize(module)
                 if f'"{STREAM_ATTRIBUTE}"' in source and self.triple.startswith("x86_64"):
-                    module = self._stream_stores(module)
+                    module = self._stream(module, source)
                 if CONFIG.debug & DEBUG_COMPILE:
                     print(f"zyx compile {name}: {len(source)} chars of LLVM IR")
             engine = llvm.create_mcjit_compiler(module, self.target_machine)
