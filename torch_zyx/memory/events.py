@@ -18,31 +18,21 @@ class Event:
     and a ``threading.Event`` (a Condition around a lock, in Python) cost ~12 us to make and
     set on a slow VM, ~10% of a realization's own time."""
 
-    __slots__ = ("_done", "_error", "_helper", "_keepalive", "_lock")
+    __slots__ = ("_done", "_error", "_keepalive", "_lock")
 
     def __init__(self, keepalive=None):
         self._done = False
         self._error: BaseException | None = None
         # Host memory that must outlive the work (async host→pool copies).
         self._keepalive = keepalive
-        # Work a waiting thread may do itself instead of sleeping (``help_with``).
-        self._helper = None
         self._lock = threading.Lock()
         self._lock.acquire()
-
-    def help_with(self, helper) -> None:
-        """Let the first thread that waits run ``helper()`` before it blocks: a CPU launch's
-        remaining chunks, which the waiting thread takes like another worker. A thread that
-        would only sleep until the kernel threads finish then works on a core that is already
-        awake (waking a sleeping worker costs tens of microseconds, more on a VM)."""
-        self._helper = helper
 
     def set(self, error: BaseException | None = None) -> None:
         if self._done:
             return
         self._error = error
         self._keepalive = None
-        self._helper = None
         self._done = True
         try:
             self._lock.release()
@@ -54,10 +44,6 @@ class Event:
 
     def wait(self) -> None:
         if not self._done:
-            helper = self._helper
-            if helper is not None:
-                self._helper = None
-                helper()
             with self._lock:  # released by set(); passed on to any other waiter
                 pass
         if self._error is not None:

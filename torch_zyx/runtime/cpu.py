@@ -158,15 +158,6 @@ class CPUProgram:
             if last or error is not None:
                 event.set(error)
 
-        def help_run() -> None:
-            # A waiting thread joins as one more worker while chunks are left.
-            with lock:
-                if state[0] >= global_size:
-                    return
-                state[1] += 1
-            run_chunks()
-
-        event.help_with(help_run)
         for _ in range(workers):
             self.device.workers.submit(run_chunks)
         return event
