@@ -43,7 +43,12 @@ def _run_synced(fn, args):
     return result
 
 
-def bench_case(name, fn, cpu_args, repeats, warmup=3):
+def bench_case(name, fn, cpu_args, repeats, warmup=3, rounds=5):
+    """Median times of zyx and CPU torch over ``rounds`` alternating blocks of ``repeats``
+    calls each: on a shared machine the speed drifts over seconds, and alternating blocks
+    expose both sides to the same drift. Each zyx block starts with one untimed call: after
+    each parallel op CPU torch's OpenMP threads keep spinning on the cores for a while, and
+    the first zyx call after a torch block would time that rather than zyx."""
     zyx_args = [a.to("zyx") for a in cpu_args]
     torch.zyx.synchronize()
     for _ in range(warmup):
@@ -51,9 +56,12 @@ def bench_case(name, fn, cpu_args, repeats, warmup=3):
         fn(*cpu_args)
     # Check the result once, so a fast wrong answer never shows up as a win.
     torch.testing.assert_close(fn(*zyx_args).cpu(), fn(*cpu_args), rtol=1e-3, atol=1e-3)
-    t_zyx = median_time(lambda: _run_synced(fn, zyx_args), repeats)
-    t_cpu = median_time(lambda: fn(*cpu_args), repeats)
-    return name, t_zyx, t_cpu
+    t_zyx, t_cpu = [], []
+    for _ in range(rounds):
+        _run_synced(fn, zyx_args)
+        t_zyx.append(median_time(lambda: _run_synced(fn, zyx_args), repeats))
+        t_cpu.append(median_time(lambda: fn(*cpu_args), repeats))
+    return name, statistics.median(t_zyx), statistics.median(t_cpu)
 
 
 def _chain_us(x, n_ops: int, rounds: int = 5) -> float:
@@ -124,11 +132,12 @@ def cases():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per block")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating zyx / torch blocks")
     args = parser.parse_args()
     results = []
     for name, fn, cpu_args, target in cases():
-        row = bench_case(name, fn, cpu_args, args.repeats)
+        row = bench_case(name, fn, cpu_args, args.repeats, rounds=args.rounds)
         results.append((*row, target))
     record_us = bench_recording()
     floor_us = bench_dispatch_floor()
@@ -146,7 +155,8 @@ def main() -> None:
         print(f"|{'|'.join('---' for _ in header)}|")
         for line in lines:
             print(f"| {' | '.join(line)} |")
-        print(f"\n{threads}; median of {args.repeats} runs after warm-up.")
+        print(f"\n{threads}; median over {args.rounds} alternating blocks of {args.repeats} calls "
+              "after warm-up.")
     else:
         widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
         for line in [header, *lines]:
