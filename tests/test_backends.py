@@ -141,7 +141,12 @@ def test_large_outputs(dev):
         # The rows stream in (prefetched past the caches); the weight and bias, read again for
         # every row, do not: one streamed slot in the layer norm kernel.
         norm = [source for source in sources if "@llvm.sqrt" in source and "zyx-stream-stores" in source]
-        assert norm and all(re.search(r'"zyx-stream-loads"="\d+"', source) for source in norm)
+        assert norm and all(re.search(r'"zyx-prefetch"="\d+:512:0"', source) for source in norm)
+        # softmax keeps its rows in cache (three passes over each): it prefetches the next row.
+        soft = torch.randn(600, 1031)
+        assert_close(torch.softmax(soft.to(dev), -1), torch.softmax(soft, -1))
+        sources = list(realize.devices()[dev.index].programs)
+        assert any(re.search(r'"zyx-prefetch"="\d+:4124:3"', source) for source in sources)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8, torch.uint8])

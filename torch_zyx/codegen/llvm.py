@@ -302,12 +302,11 @@ class LLVMRenderer:
                 f"#0 {{\nentry:\n" + "\n".join(self.allocas))
         del out_args
         declares = "\n".join(sorted(self.declares))
-        stream = ""
-        if self.streams_stores():
-            stream = f' "{STREAM_ATTRIBUTE}"'
-            slots = self.streamed_loads()
-            if slots:
-                stream += f' "{STREAM_LOADS_ATTRIBUTE}"="{",".join(map(str, slots))}"'
+        stream = f' "{STREAM_ATTRIBUTE}"' if self.streams_stores() else ""
+        prefetches = self.prefetches(bool(stream))
+        if prefetches:
+            spec = ",".join(f"{slot}:{distance}:{locality}" for slot, (distance, locality) in prefetches.items())
+            stream += f' "{PREFETCH_ATTRIBUTE}"="{spec}"'
         return (f"{declares}\n\n{head}\n{body}\n  ret void\n}}\n\n"
                 f'attributes #0 = {{ nounwind "no-trapping-math"="true"{stream} }}\n' + self.alias_metadata())
 
@@ -321,6 +320,45 @@ class LLVMRenderer:
         stored = {instrs[ins.srcs[0]].arg for ins in instrs if ins.op == "STORE"}
         return not any(ins.op == "LOAD" and instrs[ins.srcs[0]].op == "BUF"
                        and instrs[ins.srcs[0]].arg in stored for ins in instrs)
+
+    def prefetches(self, streams_stores: bool) -> dict[int, tuple[int, int]]:
+        """Software prefetches for the CPU runtime to add after optimization (runtime/cpu.py):
+        buffer slot → (bytes ahead of each vector load, ``llvm.prefetch`` locality).
+
+        A kernel that streams its stores also streams in what it reads once: non-temporal
+        prefetches a few lines ahead keep those lines out of the L2 and L3 caches. A large
+        row kernel that keeps its rows in cache (softmax reads its row three times) prefetches
+        the next row while it computes this one: the next row's first pass, which would wait
+        on memory, then finds it in cache."""
+        if self.kernel.bytes < STREAM_STORE_BYTES:
+            return {}
+        slots = self.streamed_loads()
+        if streams_stores:
+            return {slot: (STREAM_PREFETCH_BYTES, 0) for slot in slots}
+        instrs = self.kernel.instrs
+        stored = {instrs[ins.srcs[0]].arg for ins in instrs if ins.op == "STORE"}
+        out = {}
+        for slot, stride in self.row_strides([slot for slot in slots if slot not in stored]).items():
+            distance = stride * self.kernel.buffer_dtypes[slot].itemsize
+            if distance <= ROW_PREFETCH_MAX_BYTES:
+                out[slot] = (distance, 3)
+        return out
+
+    def row_strides(self, slots: list[int]) -> dict[int, int]:
+        """For the ``slots`` of a kernel split over rows, each one's elements per row: the
+        factor of the row variable in every load's index (slots read other ways are left out)."""
+        instrs = self.kernel.instrs
+        rows = [ins.arg[0] for ins in instrs if ins.op == "RANGE" and ins.arg[1] == "start"]
+        if len(rows) != 1:
+            return {}
+        strides: dict[int, int | None] = {}
+        for ins in instrs:
+            if ins.op == "LOAD" and instrs[ins.srcs[0]].op == "BUF" and instrs[ins.srcs[0]].arg in slots:
+                slot = instrs[ins.srcs[0]].arg
+                index = instrs[ins.srcs[1]]
+                stride = _row_factor(index.arg.key, rows[0]) if index.op == "INDEX" else None
+                strides[slot] = stride if strides.get(slot, stride) == stride else None
+        return {slot: stride for slot, stride in strides.items() if stride}
 
     def streamed_loads(self) -> list[int]:
         """Buffer slots a streaming kernel reads once, element by element: every load of the
@@ -509,12 +547,36 @@ class LLVMRenderer:
 # reading it in the next kernel still 20-30% faster; no difference at 1 MB, so not below 2 MB.
 STREAM_STORE_BYTES = 2 << 20
 STREAM_ATTRIBUTE = "zyx-stream-stores"
-# On such a kernel, the buffer slots it streams in (``LLVMRenderer.streamed_loads``), whose
-# vector loads the CPU runtime precedes with a non-temporal prefetch. Measured on the same VM
-# (a Zen CPU: such lines skip the L2 and L3): x * 2 on 16 MB 1.66 -> 1.44 ms and layer norm
-# 1024x4096 2.02 -> 1.77 ms (kernel alone), and the Python that runs next (recording the next
-# ops) finds its caches intact: ~300 -> ~160 us for three recorded ops after such a kernel.
-STREAM_LOADS_ATTRIBUTE = "zyx-stream-loads"
+# Software prefetches (``LLVMRenderer.prefetches``), as a function attribute
+# "slot:bytes ahead:locality,..." that the CPU runtime applies after optimization. A streaming
+# kernel prefetches the buffers it reads once non-temporally (on Zen such lines skip the L2 and
+# L3). Measured on the same VM: x * 2 on 16 MB 1.66 -> 1.44 ms, layer norm 1024x4096 2.02 ->
+# 1.77 ms (kernel alone), and the Python that runs next finds its caches intact (~300 -> ~160 us
+# for three recorded ops after such a kernel).
+PREFETCH_ATTRIBUTE = "zyx-prefetch"
+STREAM_PREFETCH_BYTES = 512  # 8 cache lines ahead
+# Rows longer than this do not stay in the L2 cache until their next pass: no row prefetch.
+ROW_PREFETCH_MAX_BYTES = 64 << 10
+
+
+def _row_factor(key: tuple, row: str) -> int | None:
+    """The factor of the variable ``row`` in a symbolic index key when the index is a sum with
+    one term ``row * factor`` (or ``row``) and ``row`` appears nowhere else; else None."""
+    terms = key[1:] if key[0] == "+" else (key,)
+    factor = None
+    for term in terms:
+        if term[0] == "v" and term[1] == row:
+            found = 1
+        elif term[0] == "*" and term[1][0] == "v" and term[1][1] == row:
+            found = term[2]
+        else:
+            if row in _loop_vars(term):
+                return None
+            continue
+        if factor is not None:
+            return None
+        factor = found
+    return factor
 
 
 def _loop_vars(key: tuple) -> set[str]:

@@ -18,7 +18,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-from ..codegen.llvm import STREAM_ATTRIBUTE, STREAM_LOADS_ATTRIBUTE
+from ..codegen.llvm import PREFETCH_ATTRIBUTE, STREAM_ATTRIBUTE
 from ..config import CONFIG, DEBUG_COMPILE
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
@@ -44,14 +44,16 @@ _VECTOR_LOAD = re.compile(r"^  %[\w.]+ = load <\d+ x \w+>, ptr (%[\w.]+), align 
 # The alias metadata of buffer K (codegen/llvm.py ``alias_metadata``), as LLVM prints it again.
 _SCOPE_NODE = re.compile(r'^(![0-9]+) = distinct !\{![0-9]+, ![0-9]+, !"buffer (\d+)"\}', re.MULTILINE)
 _SCOPE_LIST = re.compile(r"^(![0-9]+) = !\{(![0-9]+)\}$", re.MULTILINE)
-_STREAM_LOADS = re.compile(STREAM_LOADS_ATTRIBUTE + r'"="([0-9,]+)"')
-# How far ahead of a streamed load its prefetch reaches: 8 cache lines.
-_PREFETCH_BYTES = 512
+_PREFETCH_SPEC = re.compile(PREFETCH_ATTRIBUTE + r'"="([0-9:,]+)"')
 
 
-def _prefetch_streamed_loads(text: str, slots: set[int]) -> str:
-    """``text`` with a non-temporal prefetch (``llvm.prefetch`` locality 0: ``prefetchnta``
-    on x86) ``_PREFETCH_BYTES`` ahead of every vector load from a buffer in ``slots``."""
+def _add_prefetches(text: str, spec: str) -> str:
+    """``text`` with an ``llvm.prefetch`` ahead of every vector load from the buffers in
+    ``spec`` ("slot:bytes ahead:locality,...", codegen/llvm.py ``LLVMRenderer.prefetches``)."""
+    ahead_of: dict[int, tuple[int, int]] = {}
+    for item in spec.split(","):
+        slot, distance, locality = (int(part) for part in item.split(":"))
+        ahead_of[slot] = (distance, locality)
     scope_slot = {m.group(1): int(m.group(2)) for m in _SCOPE_NODE.finditer(text)}
     list_slot = {m.group(1): scope_slot[m.group(2)] for m in _SCOPE_LIST.finditer(text)
                  if m.group(2) in scope_slot}
@@ -59,12 +61,14 @@ def _prefetch_streamed_loads(text: str, slots: set[int]) -> str:
 
     def prefetch(match: re.Match) -> str:
         nonlocal count
-        if list_slot.get(match.group(2)) not in slots:
+        slot = list_slot.get(match.group(2))
+        if slot not in ahead_of:
             return match.group(0)
+        distance, locality = ahead_of[slot]
         count += 1
         ahead = f"%zyx.ahead{count}"
-        return (f"  {ahead} = getelementptr i8, ptr {match.group(1)}, i64 {_PREFETCH_BYTES}\n"
-                f"  call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 0, i32 1)\n{match.group(0)}")
+        return (f"  {ahead} = getelementptr i8, ptr {match.group(1)}, i64 {distance}\n"
+                f"  call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 {locality}, i32 1)\n{match.group(0)}")
 
     text = _VECTOR_LOAD.sub(prefetch, text)
     if count:
@@ -203,21 +207,30 @@ class CPUDevice:
         pass_builder = llvm.create_pass_builder(self.target_machine, pto)
         pass_builder.getModulePassManager().run(module, pass_builder)
 
-    def _stream(self, module, source: str):
-        """The optimized module with its full, aligned vector stores non-temporal, and an
-        ``sfence`` before returning: non-temporal stores are weakly ordered, and the thread that
-        learns the chunk finished (through the event) must see them. The vector loads of the
-        buffers the kernel streams in are prefetched non-temporally."""
-        text = _VECTOR_STORE.sub(_nontemporal, str(module))
-        if "!nontemporal" not in text:
+    def _after_optimization(self, module, source: str):
+        """The optimized module with what the renderer asked for in function attributes
+        (x86 only). STREAM_ATTRIBUTE: full, aligned vector stores non-temporal, and an
+        ``sfence`` before returning (non-temporal stores are weakly ordered, and the thread that
+        learns the chunk finished, through the event, must see them). PREFETCH_ATTRIBUTE:
+        software prefetches ahead of the vector loads of some buffers."""
+        text = str(module)
+        changed = False
+        if f'"{STREAM_ATTRIBUTE}"' in source:
+            text = _VECTOR_STORE.sub(_nontemporal, text)
+            if "!nontemporal" in text:
+                text = text.replace("  ret void", "  call void @llvm.x86.sse.sfence()\n  ret void")
+                text += "\ndeclare void @llvm.x86.sse.sfence()\n"
+                changed = True
+        spec = _PREFETCH_SPEC.search(source)
+        if spec is not None:
+            prefetched = _add_prefetches(text, spec.group(1))
+            changed = changed or prefetched != text
+            text = prefetched
+        if not changed:
             return module
-        streamed = _STREAM_LOADS.search(source)
-        if streamed is not None:
-            text = _prefetch_streamed_loads(text, {int(slot) for slot in streamed.group(1).split(",")})
-        text = text.replace("  ret void", "  call void @llvm.x86.sse.sfence()\n  ret void")
-        streamed = llvm.parse_assembly(f"{text}\ndeclare void @llvm.x86.sse.sfence()\n")
-        streamed.triple = self.triple
-        return streamed
+        rewritten = llvm.parse_assembly(text)
+        rewritten.triple = self.triple
+        return rewritten
 
     def compile(self, name: str, source: str) -> CPUProgram:
         digest = hashlib.sha256((self.triple + llvm.get_host_cpu_name() + source).encode()).hexdigest()[:32]
@@ -233,8 +246,8 @@ class CPUDevice:
             cached = cached_object.read_bytes() if CONFIG.disk_cache and cached_object.exists() else None
             if cached is None:
                 self._optimize(module)
-                if f'"{STREAM_ATTRIBUTE}"' in source and self.triple.startswith("x86_64"):
-                    module = self._stream(module, source)
+                if self.triple.startswith("x86_64"):
+                    module = self._after_optimization(module, source)
                 if CONFIG.debug & DEBUG_COMPILE:
                     print(f"zyx compile {name}: {len(source)} chars of LLVM IR")
             engine = llvm.create_mcjit_compiler(module, self.target_machine)
