@@ -104,47 +104,81 @@ def is_trivial_reshape(node: Node) -> bool:
 class GraphSignature:
     """The structure of a graph with buffers, random seeds and scalar parameters abstracted to
     positions. Scalars are grouped by dtype: ``scalar_dtypes[k]`` and ``scalar_values[k]`` are
-    the dtype and values of group k, ``scalar_slot`` maps a ``CONST`` node to (group, index)."""
+    the dtype and values of group k, ``scalar_slot`` maps a ``CONST`` node to (group, index).
+
+    Nodes are numbered in breadth-first discovery order from the roots (``order``), and the key
+    lists each node's (op, arg, source numbers, dtype, shape) in that order: a complete
+    description of the graph, so equal keys mean equal structure. The numbering needs no
+    topological order, which lets one visit per node number its sources on the spot (a
+    sources-first walk visits most nodes twice); it depends only on the structure (roots and
+    source order), so the same structure always gets the same key. Every realization pays for
+    this walk, hence the unrolled, attribute-light loop."""
 
     def __init__(self, roots: list[Node]):
-        self.order = g.toposort(roots)
+        nodes: list[Node] = []
+        pos: dict[Node, int] = {}  # nodes hash by identity
+        for root in roots:
+            if root not in pos:
+                pos[root] = len(nodes)
+                nodes.append(root)
+        get, discover = pos.get, nodes.append
+        items: list[tuple] = []
+        emit = items.append
         self.buffers: list = []
         self.random_args: list[int] = []
         self.scalar_dtypes: list = []
         self.scalar_values: list[list[float]] = []
         self.scalar_slot: dict[int, tuple[int, int]] = {}
         buffer_pos: dict[int, int] = {}
-        node_pos: dict[Node, int] = {}  # nodes hash by identity
-        items = []
-        for i, node in enumerate(self.order):
-            node_pos[node] = i
-            arg = node.arg
+        # Appending while iterating is well defined for lists: the loop also walks the nodes
+        # discovered on the way, in discovery order.
+        for node in nodes:
+            srcs = node.srcs
+            if srcs:  # an inner node: its arg is kept as is (only leaves are abstracted)
+                first = srcs[0]
+                p = get(first)
+                if p is None:
+                    p = pos[first] = len(nodes)
+                    discover(first)
+                if len(srcs) == 1:
+                    emit((node.op, node._key[1], (p,), node.dtype, node.shape))
+                    continue
+                numbers = [p]
+                for src in srcs[1:]:
+                    p = get(src)
+                    if p is None:
+                        p = pos[src] = len(nodes)
+                        discover(src)
+                    numbers.append(p)
+                emit((node.op, node._key[1], tuple(numbers), node.dtype, node.shape))
+                continue
             op = node.op
             if op == "BUFFER":
-                pos = buffer_pos.get(id(node.arg))
-                if pos is None:
-                    pos = buffer_pos[id(node.arg)] = len(self.buffers)
-                    self.buffers.append(node.arg)
-                arg = pos
+                handle = node.arg
+                arg = buffer_pos.get(id(handle))
+                if arg is None:
+                    arg = buffer_pos[id(handle)] = len(self.buffers)
+                    self.buffers.append(handle)
             elif op == "RANDOM":
                 arg = len(self.random_args)
                 self.random_args.extend(node.arg)
             elif op == "CONST" and is_scalar_param(node):
-                if node.dtype in self.scalar_dtypes:
-                    group = self.scalar_dtypes.index(node.dtype)
+                dtype = node.dtype
+                if dtype in self.scalar_dtypes:
+                    group = self.scalar_dtypes.index(dtype)
                 else:
                     group = len(self.scalar_dtypes)
-                    self.scalar_dtypes.append(node.dtype)
+                    self.scalar_dtypes.append(dtype)
                     self.scalar_values.append([])
-                self.scalar_slot[id(node)] = (group, len(self.scalar_values[group]))
-                self.scalar_values[group].append(node.arg)
+                values = self.scalar_values[group]
+                self.scalar_slot[id(node)] = (group, len(values))
+                values.append(node.arg)
                 arg = ("scalar", group)
             else:
                 arg = node._key[1]
-            srcs = node.srcs
-            items.append((op, arg, tuple([node_pos[s] for s in srcs]) if srcs else (),
-                          node.dtype, node.shape))
-        self.key = (tuple(items), tuple([node_pos[r] for r in roots]))
+            emit((op, arg, (), node.dtype, node.shape))
+        self.order = nodes
+        self.key = (tuple(items), tuple([pos[r] for r in roots]))
 
 
 class Kernelizer:
