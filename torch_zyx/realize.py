@@ -9,7 +9,6 @@ per root. Nothing here knows about torch.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import logging
 import time
@@ -23,12 +22,14 @@ from .dtypes import pack_scalars
 from .lazy import graph as g
 from .lazy.graph import Node
 from .lazy.kernelize import GraphSignature, Schedule, kernelize
-from .memory.buffer import Buffer
+from .memory.buffer import Buffer, ConstantBuffer
 from .memory.events import EventTable
 
 log = logging.getLogger("torch_zyx")
 
 RENDERERS = {"llvm": llvm_renderer.render, "opencl": opencl_renderer.render}
+# Scalar parameter buffers kept per device (a few bytes each).
+_MAX_CONSTANTS = 256
 
 
 class DeviceContext:
@@ -42,6 +43,22 @@ class DeviceContext:
         self.programs: dict[str, object] = {}
         self.render = RENDERERS[runtime.renderer]
         self.lowering = lowering_options(runtime)
+        # (dtype, values) → the ConstantBuffer holding them: a graph realized again with the same
+        # scalar parameters (layer norm's eps and 1/n, an unchanged learning rate) reuses its
+        # buffer instead of allocating and copying one per realization.
+        self.constants: dict[tuple, ConstantBuffer] = {}
+
+    def constant(self, dtype, values: list[float]) -> ConstantBuffer:
+        """The scalar parameters ``values`` of ``dtype`` on this device."""
+        key = (dtype, tuple(values))  # finite non-zero floats (is_scalar_param): == is exact
+        buffer = self.constants.get(key)
+        if buffer is None:
+            if len(self.constants) >= _MAX_CONSTANTS:
+                # Values that change every step (Adam's bias corrections) would grow it forever.
+                # Dropping a buffer still in use is safe (see ConstantBuffer).
+                self.constants.clear()
+            buffer = self.constants[key] = ConstantBuffer(self, dtype, pack_scalars(dtype, values))
+        return buffer
 
     def program(self, name: str, source: str):
         program = self.programs.get(source)
@@ -77,12 +94,28 @@ def lowering_options(runtime) -> LoweringOptions:
 
 
 class Plan:
-    """A cached schedule with its compiled programs."""
+    """A cached schedule with its compiled programs, and what a realization of it needs ready
+    (every realization of the key pays for what is computed here otherwise).
 
-    def __init__(self, schedule: Schedule, programs: list, kernels_ir: list):
+    A realization's buffers form one list: the graph's input buffers (``sig.buffers``), then
+    the temporaries, then one scalar buffer per scalar group; ``launches`` refer to them by
+    index: (program, loop IR, slot indices, indices of the slots the event table tracks (not
+    the scalar buffers: see ConstantBuffer), random parameter indices)."""
+
+    def __init__(self, schedule: Schedule, programs: list, kernels_ir: list, n_inputs: int):
         self.schedule = schedule
         self.programs = programs
         self.kernels_ir = kernels_ir
+        self.temps = schedule.temps
+        self.temp_bytes = sum(dtype.itemsize * numel for dtype, numel in schedule.temps)
+        first = {"in": 0, "tmp": n_inputs, "scalars": n_inputs + len(schedule.temps)}
+        self.launches = []
+        for kernel, program, loop in zip(schedule.kernels, programs, kernels_ir):
+            slots = tuple(first[kind] + ref for kind, ref in kernel.slots)
+            tracked = tuple(first[kind] + ref for kind, ref in kernel.slots if kind != "scalars")
+            self.launches.append((program, loop, slots, tracked, tuple(kernel.params)))
+        # Root ref < 0: input buffer -1 - ref.
+        self.root_slots = tuple(-1 - ref if ref < 0 else n_inputs + ref for ref in schedule.root_temps)
 
 
 _devices: list[DeviceContext] = []
@@ -159,7 +192,7 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
                 "zyx_kernel(", f"{loop.name}(")))
         programs.append(cached[1])
         kernels_ir.append(cached[0])
-    return Plan(schedule, programs, kernels_ir)
+    return Plan(schedule, programs, kernels_ir, len(sig.buffers))
 
 
 def _ast_text(node: Node, depth: int = 0) -> str:
@@ -171,19 +204,12 @@ def _ast_text(node: Node, depth: int = 0) -> str:
     return f"{node.op}[{node.arg}]({inner})" if node.arg is not None else f"{node.op}({inner})"
 
 
-def _scalar_buffer(device: DeviceContext, dtype, values: list[float]) -> Buffer:
-    """A device buffer holding one realization's scalar parameters of ``dtype``."""
-    data = pack_scalars(dtype, values)
-    buffer = Buffer(device, dtype, len(values))
-    # The pool keeps ``host`` alive until an asynchronous copy (OpenCL) has read it.
-    host = ctypes.create_string_buffer(data, len(data))
-    buffer.write_from_host(ctypes.addressof(host), host, fresh=True)
-    return buffer
-
-
 def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
     """Buffers holding the values of ``roots`` (flat nodes), computing what is needed."""
-    if all(r.op == "BUFFER" for r in roots):
+    for root in roots:
+        if root.op != "BUFFER":
+            break
+    else:
         return [r.arg for r in roots]
     bump("realizations")
     g.PendingCounter.count = 0
@@ -197,34 +223,30 @@ def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
         _plans[plan_key] = plan
     else:
         bump("schedule_cache_hits")
-    schedule = plan.schedule
-    temps: list[Buffer | None] = [None] * len(schedule.temps)
-    for t_index, (dtype, numel) in enumerate(schedule.temps):
-        temps[t_index] = Buffer(device, dtype, numel)
-        bump("bytes_allocated", temps[t_index].nbytes)
-    scalars = [_scalar_buffer(device, dtype, values)
-               for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values)]
-    sources = {"in": sig.buffers, "tmp": temps, "scalars": scalars}
-    perf = CONFIG.debug & DEBUG_PERF
-    for k_index, (kernel, program) in enumerate(zip(schedule.kernels, plan.programs)):
-        buffers = [sources[kind][ref] for kind, ref in kernel.slots]
-        params = [sig.random_args[p] for p in kernel.params]
-        ids = [b.id for b in buffers]
-        wait = device.events.take(ids)
-        loop = plan.kernels_ir[k_index]
+    # This realization's buffers, in the order the plan's indices expect (see Plan).
+    buffers = sig.buffers + [Buffer(device, dtype, numel) for dtype, numel in plan.temps]
+    bump("bytes_allocated", plan.temp_bytes)
+    for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values):
+        buffers.append(device.constant(dtype, values))
+    events = device.events
+    debug = CONFIG.debug
+    perf = debug & DEBUG_PERF
+    random_args = sig.random_args
+    for program, loop, slots, tracked, params in plan.launches:
+        args = [buffers[i] for i in slots]
+        ids = [buffers[i].id for i in tracked]
+        wait = events.take(ids)
         start = time.perf_counter() if perf else 0.0
-        event = program.launch(buffers, params, loop.global_size, loop.work, wait)
-        device.events.record(ids, event)
+        event = program.launch(args, [random_args[p] for p in params] if params else [],
+                               loop.global_size, loop.work, wait)
+        events.record(ids, event)
         bump("kernels_launched")
-        if CONFIG.debug & DEBUG_LAUNCHES:
-            print(f"zyx launch {program.name} global={loop.global_size} buffers={ids}")
+        if debug & DEBUG_LAUNCHES:
+            print(f"zyx launch {program.name} global={loop.global_size} buffers={[b.id for b in args]}")
         if perf:
             event.wait()
             elapsed = time.perf_counter() - start
             print(f"zyx perf {program.name}: {elapsed * 1e6:9.1f} us  "
                   f"{loop.flops / elapsed / 1e9:8.2f} GFLOP/s "
                   f"{loop.bytes / elapsed / 1e9:8.2f} GB/s")
-    out = []
-    for ref in schedule.root_temps:
-        out.append(sig.buffers[-1 - ref] if ref < 0 else temps[ref])
-    return out
+    return [buffers[i] for i in plan.root_slots]

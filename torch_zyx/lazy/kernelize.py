@@ -6,8 +6,9 @@ buffer slot) and ``RANDOM`` (seed/offset taken from kernel parameters). ASTs nev
 real buffers, so the same graph shape gives the same kernels, which the schedule cache reuses.
 Float constants other than a few structural values (0, ±1, 2, 0.5, ±inf, nan) are scalar
 parameters too: the signature keys them by position and kernels load them from a small
-per-realization buffer, so a learning rate that changes every step (LR schedulers, SGD's
-``alpha=-lr``) reuses the same schedule and programs instead of compiling new ones.
+buffer holding the realization's values (kept per device for values seen again), so a
+learning rate that changes every step (LR schedulers, SGD's ``alpha=-lr``) reuses the same
+schedule and programs instead of compiling new ones.
 
 Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/000
 ``duplicate_or_store``/``add_store``):

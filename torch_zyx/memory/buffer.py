@@ -2,6 +2,8 @@
 
 A ``Buffer`` is the ``arg`` of ``BUFFER`` nodes. When the last node or storage holding it dies,
 its memory goes back to its pool after the work still pending on it (per the event table).
+A ``ConstantBuffer`` holds a realization's scalar parameters: written once when made, only read
+by kernels, outside the pool (see its docstring).
 """
 
 from __future__ import annotations
@@ -52,3 +54,34 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"<Buffer {self.id} {self.dtype} x{self.numel}>"
+
+
+class ConstantBuffer:
+    """Immutable device memory holding ``data`` (scalar parameters), outside the pool.
+
+    Written synchronously when made and never again (kernels only load from scalar slots), so
+    no work is ever pending on its contents: it takes no part in the event table (a kernel has
+    nothing to wait for before reading it, and two kernels reading it do not depend on each
+    other). Its memory is not reused either, only dropped when the last reference dies, which
+    pending work holds (CPU launches keep their buffers until done; OpenCL retains the
+    ``cl.Buffer``s a queued kernel uses). Not counted in the pool's accounting: it is the
+    runtime's cache, not memory a tensor holds. Same attributes as ``Buffer`` for launches."""
+
+    __slots__ = ("__weakref__", "device", "dtype", "id", "numel", "raw")
+
+    def __init__(self, device, dtype: DType, data: bytes):
+        self.id = next(_ids)
+        self.device = device
+        self.dtype, self.numel = dtype, len(data) // dtype.itemsize
+        self.raw = device.pool.constant(data)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    @property
+    def ptr(self) -> int:
+        return self.raw.ptr
+
+    def __repr__(self) -> str:
+        return f"<ConstantBuffer {self.id} {self.dtype} x{self.numel}>"

@@ -5,6 +5,7 @@ memory/pool.py): ``allocate(nbytes) → (buffer, event)``, ``free(buffer, wait_e
 ``host_to_pool(src_ptr, nbytes, keepalive, buffer, wait) → event``
 (async: ``keepalive`` owns the source bytes until the event completes),
 ``pool_to_host(buffer, out_ptr, nbytes, wait)`` (blocking), ``sync(events)``,
+``constant(data) → buffer`` (immutable, outside the cache and accounting: buffer.ConstantBuffer),
 and the accounting that ``torch.zyx.memory_allocated()`` reports.
 """
 
@@ -51,6 +52,12 @@ class HostPool(CachingPool):
         wait_all(wait_events)
         ctypes.memmove(buffer.ptr, src_ptr, nbytes)
         return completed()
+
+    def constant(self, data: bytes) -> HostBuffer:
+        """A buffer holding ``data``, not from the cache nor counted (buffer.ConstantBuffer)."""
+        buffer = HostBuffer(len(data))
+        ctypes.memmove(buffer.ptr, data, len(data))
+        return buffer
 
     def pool_to_host(self, buffer: HostBuffer, out_ptr: int, nbytes: int, wait_events: list[Event]) -> None:
         wait_all(wait_events)

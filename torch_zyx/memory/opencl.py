@@ -107,6 +107,12 @@ class OpenCLPool(CachingPool):
             self._inflight.append((event, keepalive))
         return event
 
+    def constant(self, data: bytes) -> CLBuffer:
+        """A buffer holding ``data``, not from the cache nor counted (buffer.ConstantBuffer).
+        ``COPY_HOST_PTR`` copies at creation: nothing is pending on it afterwards."""
+        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        return CLBuffer(len(data), cl.Buffer(self.context, flags, hostbuf=data))
+
     def pool_to_host(self, buffer: CLBuffer, out_ptr: int, nbytes: int, wait_events: list[Event]) -> None:
         wait_for = cl_wait_list(wait_events, self.context)
         cl.enqueue_copy(self.queue, host_view(out_ptr, nbytes), buffer.mem, is_blocking=True,

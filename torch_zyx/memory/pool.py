@@ -44,6 +44,10 @@ class CachingPool:
     def _release_buffer(self, buffer) -> None:
         """Give a cached buffer's memory back to the device (plain Python memory: nothing)."""
 
+    def constant(self, data: bytes):
+        """A buffer holding ``data``, outside the cache and the accounting (buffer.ConstantBuffer)."""
+        raise NotImplementedError
+
     # --------------------------------------------------------------- shared surface
 
     def _sweep(self) -> None:
