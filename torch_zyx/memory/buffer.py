@@ -44,11 +44,12 @@ class Buffer:
             device.events.record([self.id], event)
 
     def __del__(self):
-        device = getattr(self, "device", None)
-        if device is None or getattr(self, "raw", None) is None:
+        try:
+            device, raw = self.device, self.raw
+        except AttributeError:  # __init__ failed before the allocation
             return
         try:
-            device.pool.free(self.raw, device.events.take([self.id]))
+            device.pool.free(raw, device.events.take([self.id]))
         except (AttributeError, TypeError):  # interpreter shutdown: modules may already be gone
             return
 

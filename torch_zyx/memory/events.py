@@ -86,6 +86,10 @@ class EventTable:
                 del events[key]
 
     def record(self, buffer_ids: Iterable[int], event: Event) -> None:
+        if event.is_done():
+            # Nothing to wait for (a small CPU launch runs before returning). An event under
+            # the same key needs no superseding either: the launch waited on it before running.
+            return
         key = frozenset(buffer_ids)
         with self._lock:
             self._prune()
@@ -101,10 +105,20 @@ class EventTable:
         work from the others (``synchronize`` or a later read of another buffer of the same
         kernel would otherwise not wait).
         """
+        events = self._events
+        if not events:  # nothing pending on this device (every launch and free asks)
+            return []
         wanted = set(buffer_ids)
+        out = []
         with self._lock:
-            self._prune()
-            return [e for k, e in self._events.copy().items() if not wanted.isdisjoint(k)]
+            # One walk both forgets the completed events (``_prune``) and collects the rest.
+            for key, event in events.copy().items():
+                if event.is_done():
+                    if events.get(key) is event:
+                        del events[key]
+                elif not wanted.isdisjoint(key):
+                    out.append(event)
+        return out
 
     def take_all(self) -> list[Event]:
         with self._lock:

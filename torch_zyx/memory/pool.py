@@ -54,6 +54,8 @@ class CachingPool:
         """Move freed buffers whose pending work finished into the cache (lock held)."""
         # Detached first: a buffer the garbage collector frees during the walk (re-entrant
         # ``free`` on this thread) lands in the fresh list instead of being dropped with it.
+        if not self._pending:
+            return
         pending, self._pending = self._pending, []
         for buffer, events in pending:
             if all(e.is_done() for e in events):
@@ -65,8 +67,9 @@ class CachingPool:
         with self._lock:
             self._sweep()
             cached = self._cache.get(nbytes)
-            buffer = cached.pop() if cached else None
-            if buffer is None:
+            if cached:
+                buffer = cached.pop()
+            else:
                 buffer = self._allocate_new(nbytes)
                 self.reserved += nbytes
             self.allocated += nbytes
@@ -94,7 +97,7 @@ class CachingPool:
         # buffer waits in ``_pending``; the caller never blocks.
         with self._lock:
             self.allocated -= buffer.nbytes
-            if any(not e.is_done() for e in wait_events):
+            if wait_events and any(not e.is_done() for e in wait_events):
                 self._pending.append((buffer, wait_events))
             else:
                 self._cache[buffer.nbytes].append(buffer)
