@@ -54,10 +54,54 @@ class _KeyedRef(weakref.ref):
 # and compare by identity, so the sources tuple itself is the cheapest exact key.
 _interned: dict[tuple, _KeyedRef] = {}
 
+# References of the nodes built since the last lookup, not yet entered in ``_interned`` (a list
+# append costs less than building a key and inserting it, and many nodes die before any lookup
+# could find them: ``_file`` then skips them). Every lookup files them first, so lookups see
+# every live node.
+_unfiled: list[_KeyedRef] = []
+_UNFILED_MAX = 4096
 
-def _forget(ref: _KeyedRef) -> None:
-    if _interned.get(ref.key) is ref:
-        del _interned[ref.key]
+
+class _Newest:
+    """The weak reference (in ``_interned``) to the node built last. No node can have that node
+    as a source yet (it would have been built after it), so looking up a key with it among
+    the sources cannot hit: recording a chain of ops (each on the previous one's result) skips
+    that lookup. The reference is dropped here when its node dies: it holds the node's key, and
+    with it the node's sources (and the buffers they may hold)."""
+
+    __slots__ = ("none", "ref")
+
+    def __init__(self) -> None:
+        self.none = self.ref = weakref.ref(_Newest)  # (a referent that is no node)
+
+
+_newest = _Newest()
+
+
+def _forget(ref: _KeyedRef, table: dict = _interned, newest: _Newest = _newest) -> None:
+    # (the table bound as a default: references can die after the module's globals at exit)
+    key = ref.key
+    if key is not None:  # (None: an unfiled node of binary_node / unary_node)
+        ref.key = None  # (a reference still in _unfiled then holds no key, nor the node's sources)
+        if table.get(key) is ref:
+            del table[key]
+    if newest.ref is ref:
+        newest.ref = newest.none
+
+
+def _file() -> None:
+    """Enter the references in ``_unfiled`` of nodes still alive in ``_interned`` (under their
+    keys, built now: a node that died unfiled never needed one)."""
+    table = _interned
+    for ref in _unfiled:
+        key = ref.key
+        if key is None:
+            node = ref()
+            if node is None:
+                continue
+            key = ref.key = (node.op, node._karg, node.srcs, node.dtype, node.shape)
+        table[key] = ref
+    _unfiled.clear()
 
 
 class _PendingCounter:
@@ -74,10 +118,13 @@ class _PendingCounter:
 PendingCounter = _PendingCounter()
 
 
+
+
 class Node:
     """One immutable graph node. Build through the module functions, never directly."""
 
-    __slots__ = ("__weakref__", "_key", "arg", "dtype", "op", "shape", "srcs")
+    # ``_karg``: ``arg`` as keyed (see ``_hashable``); the key itself is built only when needed.
+    __slots__ = ("__weakref__", "_karg", "arg", "dtype", "op", "shape", "srcs")
 
     op: str
     arg: Any
@@ -88,6 +135,11 @@ class Node:
     def __new__(cls, op: str, arg: Any, srcs: tuple[Node, ...], dtype: DType, shape: tuple[int, ...]):
         key_arg = _hashable(arg) if arg.__class__ in _UNHASHABLE_AS_IS else arg
         return _intern(op, arg, key_arg, srcs, dtype, shape)
+
+    @property
+    def _key(self) -> tuple:
+        """The node's key in ``_interned``: (op, hashable arg, srcs, dtype, shape)."""
+        return (self.op, self._karg, self.srcs, self.dtype, self.shape)
 
     @property
     def numel(self) -> int:
@@ -103,6 +155,8 @@ def _intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DTyp
     """The node (op, arg, srcs, dtype, shape), built once. ``key_arg`` is ``arg`` as keyed (see
     ``_hashable``); the hot constructors below pass it directly when ``arg`` holds no floats."""
     key = (op, key_arg, srcs, dtype, shape)
+    if _unfiled:
+        _file()
     ref = _lookup(key)
     if ref is not None:
         existing = ref()
@@ -120,10 +174,13 @@ def _build(key: tuple, op: str, arg: Any, srcs: tuple[Node, ...], dtype: DType,
     node.srcs = srcs
     node.dtype = dtype
     node.shape = shape
-    node._key = key
+    node._karg = key[1]
     ref = _KeyedRef(node, _forget)
     ref.key = key
-    _interned[key] = ref
+    _unfiled.append(ref)
+    if len(_unfiled) > _UNFILED_MAX:
+        _file()
+    _newest.ref = ref
     PendingCounter.count += 1
     return node
 
@@ -133,13 +190,31 @@ def binary_node(op: str, x: Node, y: Node, dtype: DType) -> Node:
     shape and dtype, ``dtype`` the result's: bool for comparisons): the recording fast paths."""
     srcs = (x, y)
     shape = x.shape
-    key = ("BINARY", op, srcs, dtype, shape)
-    ref = _lookup(key)
-    if ref is not None:
-        node = ref()
-        if node is not None:
-            return node
-    return _build(key, "BINARY", op, srcs, dtype, shape)
+    newest = _newest.ref()
+    if newest is not x and newest is not y:  # (else no node has that source yet: see _Newest)
+        if _unfiled:
+            _file()
+        ref = _lookup(("BINARY", op, srcs, dtype, shape))
+        if ref is not None:
+            node = ref()
+            if node is not None:
+                return node
+    # _build, inline (one Python call less per recorded op)
+    node = _new_node(Node)
+    node.op = "BINARY"
+    node.arg = op
+    node.srcs = srcs
+    node.dtype = dtype
+    node.shape = shape
+    node._karg = op
+    ref = _KeyedRef(node, _forget)
+    ref.key = None  # (its key is built if it is still alive when filed: see _file)
+    _unfiled.append(ref)
+    if len(_unfiled) > _UNFILED_MAX:
+        _file()
+    _newest.ref = ref
+    PendingCounter.count += 1
+    return node
 
 
 def unary_node(op: str, x: Node) -> Node:
@@ -147,6 +222,8 @@ def unary_node(op: str, x: Node) -> Node:
     srcs = (x,)
     dtype, shape = x.dtype, x.shape
     key = ("UNARY", op, srcs, dtype, shape)
+    if _unfiled:
+        _file()
     ref = _lookup(key)
     if ref is not None:
         node = ref()
@@ -216,7 +293,7 @@ def const(value: Any, dtype: DType, shape: tuple[int, ...] = ()) -> Node:
 
 def _const_like(x: Node, shape: tuple[int, ...]) -> Node:
     """CONST ``x`` at another shape (its value is already of its dtype)."""
-    return _intern("CONST", x.arg, x._key[1], (), x.dtype, shape)
+    return _intern("CONST", x.arg, x._karg, (), x.dtype, shape)
 
 
 def random(seed: int, offset: int, shape: tuple[int, ...]) -> Node:
