@@ -432,7 +432,7 @@ def _fast_binary(name: str, slow, inplace: bool):
             raise NotImplementedError  # dispatch computes the functional op and writes it
         return slow(x, y, *rest, **kwargs)
 
-    def lowering(x, y, *rest, **kwargs):
+    def general(x, y, *rest, **kwargs):
         alpha = kwargs.pop("alpha", 1) if kwargs else 1  # (add, sub, rsub: y scaled by alpha)
         if rest or kwargs:
             return fallback(x, y, rest, {"alpha": alpha, **kwargs} if alpha != 1 else kwargs)
@@ -462,6 +462,43 @@ def _fast_binary(name: str, slow, inplace: bool):
             return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
         if alpha != 1:
             yn = _binary_node("mul", yn, g.const(alpha, dtype, shape), dtype)
+        node = _binary_node(op, yn, xn, plan) if swap else _binary_node(op, xn, yn, plan)
+        if not inplace:
+            return wrap_like(node, x)
+        if plan is not dtype:  # (a comparison's bool result written into x: the general path casts)
+            raise NotImplementedError
+        return assign_whole(x, node)
+
+    # class of y → {x's zyx dtype → fast_plan}: no key tuple per op, unlike ``plans``
+    plans_by_class: dict[type, dict] = {ZyxTensor: {}, float: {}, int: {}, bool: {}}
+
+    def lowering(x, y, *rest, **kwargs):
+        # ``general`` for the commonest calls (no alpha, no extra arguments, ``x`` an op's fresh
+        # result), with as few steps as possible; any other case is ``general``'s.
+        if rest or kwargs or x.__class__ is not ZyxTensor:
+            return general(x, y, *rest, **kwargs)
+        xn = x._storage._shaped
+        meta = x._zmeta
+        if xn is None or meta is None or not meta[3] or xn.shape != meta[0] or not meta[0]:
+            return general(x, y)
+        yc = y.__class__
+        by_dtype = plans_by_class.get(yc)
+        if by_dtype is None:
+            return general(x, y)
+        dtype = xn.dtype
+        if yc is ZyxTensor:  # (checked before the plan: plans of tensors are for ones of x's dtype)
+            yn = _whole(y)
+            if yn is None or yn.shape != xn.shape or yn.dtype is not dtype:
+                return general(x, y)
+        plan = by_dtype.get(dtype)
+        if plan is None:
+            plan = by_dtype[dtype] = fast_plan((x, y), kind, floats_only)
+        if not plan:
+            return general(x, y)
+        if yc is not ZyxTensor:
+            yn = _scalars.get((y, dtype, xn.shape)) if y else None  # (zeros: graph.const keys their sign)
+            if yn is None:
+                yn = g.const(y, dtype, xn.shape)
         node = _binary_node(op, yn, xn, plan) if swap else _binary_node(op, xn, yn, plan)
         if not inplace:
             return wrap_like(node, x)
