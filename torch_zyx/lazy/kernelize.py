@@ -142,7 +142,7 @@ class GraphSignature:
                     p = pos[first] = len(nodes)
                     discover(first)
                 if len(srcs) == 1:
-                    emit((node.op, node._key[1], (p,), node.dtype, node.shape))
+                    emit((node.op, node._karg, (p,), node.dtype, node.shape))
                     continue
                 numbers = [p]
                 for src in srcs[1:]:
@@ -151,7 +151,7 @@ class GraphSignature:
                         p = pos[src] = len(nodes)
                         discover(src)
                     numbers.append(p)
-                emit((node.op, node._key[1], tuple(numbers), node.dtype, node.shape))
+                emit((node.op, node._karg, tuple(numbers), node.dtype, node.shape))
                 continue
             op = node.op
             if op == "BUFFER":
@@ -176,7 +176,7 @@ class GraphSignature:
                 values.append(node.arg)
                 arg = ("scalar", group)
             else:
-                arg = node._key[1]
+                arg = node._karg
             emit((op, arg, (), node.dtype, node.shape))
         self.order = nodes
         self.key = (tuple(items), tuple([pos[r] for r in roots]))
