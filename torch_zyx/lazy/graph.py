@@ -81,7 +81,7 @@ _newest = _Newest()
 def _forget(ref: _KeyedRef, table: dict = _interned, newest: _Newest = _newest) -> None:
     # (the table bound as a default: references can die after the module's globals at exit)
     key = ref.key
-    if key is not None:  # (None: an unfiled node of binary_node / unary_node)
+    if key is not None:  # (None: a node of binary_node not filed yet)
         ref.key = None  # (a reference still in _unfiled then holds no key, nor the node's sources)
         if table.get(key) is ref:
             del table[key]
@@ -93,7 +93,10 @@ def _file() -> None:
     """Enter the references in ``_unfiled`` of nodes still alive in ``_interned`` (under their
     keys, built now: a node that died unfiled never needed one)."""
     table = _interned
-    for ref in _unfiled:
+    count = len(_unfiled)
+    refs = _unfiled[:count]
+    del _unfiled[:count]  # (not clear(): a reference appended meanwhile, by another thread, stays)
+    for ref in refs:
         key = ref.key
         if key is None:
             node = ref()
@@ -101,7 +104,6 @@ def _file() -> None:
                 continue
             key = ref.key = (node.op, node._karg, node.srcs, node.dtype, node.shape)
         table[key] = ref
-    _unfiled.clear()
 
 
 class _PendingCounter:
