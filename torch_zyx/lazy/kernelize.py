@@ -115,6 +115,10 @@ class GraphSignature:
     source order), so the same structure always gets the same key. Every realization pays for
     this walk, hence the unrolled, attribute-light loop."""
 
+    # Slots: small graphs (a training step's many realizations) pay mostly for the setup here.
+    __slots__ = ("buffers", "key", "order", "random_args", "scalar_dtypes", "scalar_slot",
+                 "scalar_values")
+
     def __init__(self, roots: list[Node]):
         nodes: list[Node] = []
         pos: dict[Node, int] = {}  # nodes hash by identity
@@ -179,7 +183,7 @@ class GraphSignature:
                 arg = node._karg
             emit((op, arg, (), node.dtype, node.shape))
         self.order = nodes
-        self.key = (tuple(items), tuple([pos[r] for r in roots]))
+        self.key = (tuple(items), tuple(map(pos.__getitem__, roots)))
 
 
 class Kernelizer:
