@@ -29,6 +29,7 @@ from .tensor import ZyxTensor, defer_error, from_cpu, read, set_dispatcher, to_c
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
 _LOWERING_OF = registry.LOWERINGS.by_id  # id(overload) → lowering
+_PAIR_OF = registry.LOWERINGS.pairs  # id(overload) → its lowering's two-operand form
 _warned: set[str] = set()
 
 # Ops whose decomposition is worse than the CPU (none yet) or wrong for us are skipped here.
@@ -98,6 +99,13 @@ _dtype_name = registry.dtype_name
 def torch_dispatch(cls, func, types, args=(), kwargs=None):
     """``ZyxTensor.__torch_dispatch__``: ``dispatch`` with the registered-lowering case inline
     (every recorded op goes through here, one Python call less per op)."""
+    if not kwargs and len(args) == 2:
+        pair = _PAIR_OF.get(id(func))
+        if pair is not None:
+            try:
+                return pair(args[0], args[1])
+            except NotImplementedError:
+                return _dispatch_unlowered(func, args, {})
     lowering = _LOWERING_OF.get(id(func))
     if lowering is not None:
         try:

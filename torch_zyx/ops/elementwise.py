@@ -471,12 +471,17 @@ def _fast_binary(name: str, slow, inplace: bool):
 
     # class of y → {x's zyx dtype → fast_plan}: no key tuple per op, unlike ``plans``
     plans_by_class: dict[type, dict] = {ZyxTensor: {}, float: {}, int: {}, bool: {}}
+    # The last nonzero scalar operand, x's dtype and shape then, and their CONST node: a model
+    # (or a chain) applying this op with one scalar finds its constant without a key tuple.
+    # (Equal scalars (1, 1.0, True) make the same constant of a dtype, as graph.const's memo.)
+    last_scalar: list = [None, None, None, None]
 
-    def lowering(x, y, *rest, **kwargs):
-        # ``general`` for the commonest calls (no alpha, no extra arguments, ``x`` an op's fresh
-        # result), with as few steps as possible; any other case is ``general``'s.
-        if rest or kwargs or x.__class__ is not ZyxTensor:
-            return general(x, y, *rest, **kwargs)
+    def pair(x, y):
+        # ``general`` for the commonest calls (two operands, ``x`` an op's fresh result) with as
+        # few steps as possible: called as ``fn(x, y)`` by dispatch.torch_dispatch (see
+        # registry.LoweringTable.pairs); any other case is ``general``'s.
+        if x.__class__ is not ZyxTensor:
+            return general(x, y)
         xn = x._storage._shaped
         meta = x._zmeta
         if xn is None or meta is None or not meta[3] or xn.shape != meta[0] or not meta[0]:
@@ -496,9 +501,16 @@ def _fast_binary(name: str, slow, inplace: bool):
         if not plan:
             return general(x, y)
         if yc is not ZyxTensor:
-            yn = _scalars.get((y, dtype, xn.shape)) if y else None  # (zeros: graph.const keys their sign)
-            if yn is None:
-                yn = g.const(y, dtype, xn.shape)
+            shape = xn.shape
+            last = last_scalar
+            if y and y == last[0] and dtype is last[1] and shape == last[2]:
+                yn = last[3]
+            else:
+                yn = _scalars.get((y, dtype, shape)) if y else None  # (zeros: graph.const keys their sign)
+                if yn is None:
+                    yn = g.const(y, dtype, shape)
+                if y:
+                    last[0], last[1], last[2], last[3] = y, dtype, shape, yn
         node = _binary_node(op, yn, xn, plan) if swap else _binary_node(op, xn, yn, plan)
         if not inplace:
             return wrap_like(node, x)
@@ -506,6 +518,12 @@ def _fast_binary(name: str, slow, inplace: bool):
             raise NotImplementedError
         return assign_whole(x, node)
 
+    def lowering(x, y, *rest, **kwargs):
+        if rest or kwargs:
+            return general(x, y, *rest, **kwargs)
+        return pair(x, y)
+
+    lowering.pair = pair
     return lowering
 
 

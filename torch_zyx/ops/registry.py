@@ -22,14 +22,24 @@ class LoweringTable(dict):
     def __init__(self) -> None:
         super().__init__()
         self.by_id: dict[int, Callable] = {}
+        # id(overload) → ``fn.pair`` of a lowering ``fn`` that has one: the lowering for exactly
+        # two positional operands, ``pair(x, y)`` (the binary fast paths of ops.elementwise),
+        # which the dispatcher calls without building ``*rest`` and ``**kwargs`` per op.
+        self.pairs: dict[int, Callable] = {}
 
     def __setitem__(self, op, fn) -> None:
         super().__setitem__(op, fn)
         self.by_id[id(op)] = fn
+        pair = getattr(fn, "pair", None)
+        if pair is None:
+            self.pairs.pop(id(op), None)
+        else:
+            self.pairs[id(op)] = pair
 
     def __delitem__(self, op) -> None:
         super().__delitem__(op)
         del self.by_id[id(op)]
+        self.pairs.pop(id(op), None)
 
     def setdefault(self, op, fn):
         if op not in self:
@@ -38,6 +48,7 @@ class LoweringTable(dict):
 
     def pop(self, op, *default):
         self.by_id.pop(id(op), None)
+        self.pairs.pop(id(op), None)
         return super().pop(op, *default)
 
     def update(self, *args, **kwargs) -> None:
@@ -47,6 +58,7 @@ class LoweringTable(dict):
     def clear(self) -> None:
         super().clear()
         self.by_id.clear()
+        self.pairs.clear()
 
 
 LOWERINGS = LoweringTable()
