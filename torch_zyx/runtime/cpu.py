@@ -251,6 +251,9 @@ class CPUDevice:
         return rewritten
 
     def compile(self, name: str, source: str) -> CPUProgram:
+        # The module is the kernel plus its parallel entry; errors and the program carry the
+        # kernel's own source (what the renderer wrote).
+        kernel_source = source
         source = source + _PARALLEL_ENTRY.format(name=name, suffix=_PARALLEL_SUFFIX)
         digest = hashlib.sha256((self.triple + llvm.get_host_cpu_name() + source).encode()).hexdigest()[:32]
         cached_object = self._cache_dir / f"{digest}.o"
@@ -259,7 +262,7 @@ class CPUDevice:
                 module = llvm.parse_assembly(source)
                 module.verify()
             except RuntimeError as exc:
-                raise CompileError(name, source, str(exc),
+                raise CompileError(name, kernel_source, str(exc),
                                    "save the source to k.ll and run `llc -O3 k.ll`") from None
             module.triple = self.triple
             cached = cached_object.read_bytes() if CONFIG.disk_cache and cached_object.exists() else None
@@ -276,7 +279,7 @@ class CPUDevice:
                                     lambda _module: cached)
             engine.finalize_object()
             address = engine.get_function_address(name)
-        return CPUProgram(self, name, engine, address, source)
+        return CPUProgram(self, name, engine, address, kernel_source)
 
     def _store_object(self, path, data: bytes) -> None:
         if not CONFIG.disk_cache:
