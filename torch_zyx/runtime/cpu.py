@@ -1,9 +1,10 @@
 """CPU runtime: LLVM IR text → machine code with llvmlite (host CPU, O3), launched through ctypes.
 
 A program is ``void kernel(ptr* buffers, i64* params, i64 start, i64 end)`` that runs outer
-iterations [start, end). ``launch`` splits the outer range over a thread pool; ctypes releases
-the GIL during the call, so the chunks run in parallel and the Python thread keeps recording.
-Compiled objects are cached on disk under ``$XDG_CACHE_HOME/zyx/llvm`` keyed by source hash.
+iterations [start, end), plus a parallel entry that takes chunks of the outer range off an
+atomic counter. ``launch`` runs the parallel entry on the device's thread team (cpu_team.py);
+ctypes releases the GIL during the call, so other Python threads keep recording. Compiled
+objects are cached on disk under ``$XDG_CACHE_HOME/zyx/llvm`` keyed by source hash.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import ctypes
 import hashlib
 import logging
 import os
-import queue
 import re
 import threading
 
@@ -23,19 +23,37 @@ from ..config import CONFIG, DEBUG_COMPILE
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
 from . import CompileError
+from .cpu_team import NativeTeam, PythonWorkers
 
 log = logging.getLogger("torch_zyx")
 
 _KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-# ``void kernel_parallel(ptr* buffers, i64* params, i64* counter, i64 end, i64 chunk)``.
-_PARALLEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                  ctypes.c_int64)
+# ``void kernel_parallel(Task* task)``: every thread of a launch calls it with the same task.
+_PARALLEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _PARALLEL_SUFFIX = "_parallel"
+
+
+class _Task(ctypes.Structure):
+    """One parallel launch, as the parallel entry reads it."""
+
+    _fields_ = [("buffers", ctypes.c_void_p), ("params", ctypes.c_void_p), ("counter", ctypes.c_int64),
+                ("end", ctypes.c_int64), ("chunk", ctypes.c_int64)]
+
+
 # The parallel entry added to every kernel: runs [start, start + chunk) for start taken off
-# *counter (an atomic add) until start reaches end.
+# task.counter (an atomic add) until start reaches task.end.
 _PARALLEL_ENTRY = """
-define void @{name}{suffix}(ptr %bufs, ptr %params, ptr %counter, i64 %end, i64 %chunk) {{
+%zyx.task = type {{ ptr, ptr, i64, i64, i64 }}
+define void @{name}{suffix}(ptr %task) {{
 entry:
+  %bufs = load ptr, ptr %task
+  %params.at = getelementptr %zyx.task, ptr %task, i32 0, i32 1
+  %params = load ptr, ptr %params.at
+  %counter = getelementptr %zyx.task, ptr %task, i32 0, i32 2
+  %end.at = getelementptr %zyx.task, ptr %task, i32 0, i32 3
+  %end = load i64, ptr %end.at
+  %chunk.at = getelementptr %zyx.task, ptr %task, i32 0, i32 4
+  %chunk = load i64, ptr %chunk.at
   br label %take
 take:
   %start = atomicrmw add ptr %counter, i64 %chunk monotonic
@@ -111,78 +129,36 @@ def _nontemporal(match: re.Match) -> str:
     return store
 
 
-class _Workers:
-    """The kernel threads: started on first use, each runs the tasks put in one queue. Lighter
-    per launch than an executor (no future per task): a launch puts one task per thread."""
-
-    def __init__(self, count: int):
-        self.count = count
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.started = False
-        self.lock = threading.Lock()
-
-    def submit(self, task) -> None:
-        if not self.started:
-            with self.lock:
-                if not self.started:
-                    for i in range(self.count):
-                        # Daemon: an idle kernel thread must not keep the interpreter alive.
-                        threading.Thread(target=self._run, name=f"zyx-cpu-{i}", daemon=True).start()
-                    self.started = True
-        self.queue.put(task)
-
-    def _run(self) -> None:
-        while True:
-            self.queue.get()()
-
-
 class CPUProgram:
     def __init__(self, device: CPUDevice, name: str, engine, address: int, source: str):
         self.device, self.name, self.source = device, name, source
         self._engine = engine  # keeps the machine code alive
         self._fn = _KERNEL_TYPE(address)
-        self._parallel = _PARALLEL_TYPE(engine.get_function_address(name + _PARALLEL_SUFFIX))
+        self.parallel_address = engine.get_function_address(name + _PARALLEL_SUFFIX)
+        self.parallel = _PARALLEL_TYPE(self.parallel_address)
 
     def launch(self, buffers: list, params: list[int], global_size: int, work: int,
                wait_events: list[Event]) -> Event:
         """Run outer iterations [0, global_size); ``work`` estimates total scalar operations."""
         pointers = (ctypes.c_void_p * max(len(buffers), 1))(*[b.ptr for b in buffers])
         param_array = (ctypes.c_int64 * max(len(params), 1))(*params)
-        threads = self.device.threads
+        device = self.device
+        threads = device.threads
         if threads <= 1 or work < _SERIAL_WORK or global_size <= 1:
             wait_all(wait_events)
             self._fn(pointers, param_array, 0, global_size)
             return completed()
-        # Each worker makes one call into the kernel's parallel entry, which takes chunks off a
-        # shared atomic counter in machine code until none are left: no trip through the GIL
-        # per chunk (with 16 threads, guided chunks handed out in Python made a 0.2 ms kernel
-        # take 2 ms), and a thread that loses its core on a shared machine leaves the rest of
-        # the chunks to the others. About 8 chunks per thread, none under a grain of work.
+        # Each thread of the team makes one call into the kernel's parallel entry, which takes
+        # chunks off a shared atomic counter in machine code until none are left: no trip
+        # through the GIL per chunk, and a thread that loses its core on a shared machine
+        # leaves the rest of the chunks to the others. About 8 chunks per thread, none under a
+        # grain of work.
         grain = max(1, global_size * _GRAIN_WORK // max(work, 1))
         chunk = max(grain, -(-global_size // (8 * threads)))
         workers = min(threads, -(-global_size // chunk))
-        counter = ctypes.c_int64(0)
-        event = Event(keepalive=(pointers, param_array, buffers, counter))
-        remaining = [workers]
-        lock = threading.Lock()
-        counter_address = ctypes.addressof(counter)
-
-        def run_chunks() -> None:
-            error = None
-            try:
-                wait_all(wait_events)
-                self._parallel(pointers, param_array, counter_address, global_size, chunk)
-            except BaseException as exc:  # noqa: BLE001  (any failure is surfaced through the event)
-                error = exc
-            with lock:
-                remaining[0] -= 1
-                last = remaining[0] == 0
-            if last or error is not None:
-                event.set(error)
-
-        for _ in range(workers):
-            self.device.workers.submit(run_chunks)
-        return event
+        task = _Task(ctypes.addressof(pointers), ctypes.addressof(param_array), 0, global_size, chunk)
+        return device.team.launch(self.parallel_address, self.parallel, task, workers, wait_events,
+                                  (pointers, param_array, buffers))
 
 
 class CPUDevice:
@@ -200,21 +176,27 @@ class CPUDevice:
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
             reloc="pic", codemodel="default")
         self.threads = CONFIG.threads
-        self.workers = _Workers(self.threads)
-        # A forked child (DataLoader workers, forking test runners) inherits the workers' queue
-        # but not their threads: submitted chunks would wait forever. Give the child fresh ones.
+        self.team = self._new_team()
+        # A forked child (DataLoader workers, forking test runners) inherits the team but not
+        # its threads: a launch would wait for them forever. The child starts fresh threads.
         os.register_at_fork(after_in_child=self._after_fork_in_child)
         self.pool = HostPool()
         self._cache_dir = CONFIG.cache_dir / "llvm"
         self._lock = threading.Lock()
         self.vector_bits = 512 if "+avx512f" in llvm.get_host_cpu_features().flatten() else 256
 
+    def _new_team(self):
+        if CONFIG.cpu_team == "native" and NativeTeam.supported(self.triple):
+            return NativeTeam(self.target_machine, self.threads - 1)
+        return PythonWorkers(self.threads)
+
     def _after_fork_in_child(self) -> None:
-        self.workers = _Workers(self.threads)
+        self.team.reset()
         self._lock = threading.Lock()
 
     def describe(self) -> str:
-        return f"cpu: {llvm.get_host_cpu_name()} ({self.threads} threads, LLVM)"
+        team = "native team" if isinstance(self.team, NativeTeam) else "Python workers"
+        return f"cpu: {llvm.get_host_cpu_name()} ({self.threads} threads, {team}, LLVM)"
 
     def _optimize(self, module) -> None:
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
