@@ -471,10 +471,14 @@ def _fast_binary(name: str, slow, inplace: bool):
 
     # class of y → {x's zyx dtype → fast_plan}: no key tuple per op, unlike ``plans``
     plans_by_class: dict[type, dict] = {ZyxTensor: {}, float: {}, int: {}, bool: {}}
-    # The last nonzero scalar operand, x's dtype and shape then, and their CONST node: a model
-    # (or a chain) applying this op with one scalar finds its constant without a key tuple.
-    # (Equal scalars (1, 1.0, True) make the same constant of a dtype, as graph.const's memo.)
-    last_scalar: list = [None, None, None, None]
+    # The last call with a nonzero Python scalar that took the fast path: [x's metadata (the
+    # very tuple object: wrap_like hands it on from operand to result, so along a chain of ops
+    # it stays the same), x's zyx dtype, the scalar, its class, its CONST node, the plan]. A
+    # model (or a chain) applying this op with one scalar then skips every check that the
+    # metadata and dtype already passed, the plan lookup and the constant's key tuple. (Equal
+    # scalars of one class (1, True are not) make the same constant of a dtype, as
+    # graph.const's memo; nan never equals itself and never hits.)
+    last_scalar: list = [None, None, None, None, None, None]
 
     def pair(x, y):
         # ``general`` for the commonest calls (two operands, ``x`` an op's fresh result) with as
@@ -484,6 +488,16 @@ def _fast_binary(name: str, slow, inplace: bool):
             return general(x, y)
         xn = x._storage._shaped
         meta = x._zmeta
+        last = last_scalar
+        if meta is last[0] and xn is not None and y.__class__ is last[3] and y == last[2] \
+                and xn.dtype is last[1] and xn.shape == meta[0]:
+            yn = last[4]  # (the metadata passed every check below when it was cached)
+            node = _binary_node(op, yn, xn, last[5]) if swap else _binary_node(op, xn, yn, last[5])
+            if not inplace:
+                return wrap_like(node, x)
+            if last[5] is not xn.dtype:  # (a comparison's bool result written into x)
+                raise NotImplementedError
+            return assign_whole(x, node)
         if xn is None or meta is None or not meta[3] or xn.shape != meta[0] or not meta[0]:
             return general(x, y)
         yc = y.__class__
@@ -502,15 +516,11 @@ def _fast_binary(name: str, slow, inplace: bool):
             return general(x, y)
         if yc is not ZyxTensor:
             shape = xn.shape
-            last = last_scalar
-            if y and y == last[0] and dtype is last[1] and shape == last[2]:
-                yn = last[3]
-            else:
-                yn = _scalars.get((y, dtype, shape)) if y else None  # (zeros: graph.const keys their sign)
-                if yn is None:
-                    yn = g.const(y, dtype, shape)
-                if y:
-                    last[0], last[1], last[2], last[3] = y, dtype, shape, yn
+            yn = _scalars.get((y, dtype, shape)) if y else None  # (zeros: graph.const keys their sign)
+            if yn is None:
+                yn = g.const(y, dtype, shape)
+            if y:
+                last[0], last[1], last[2], last[3], last[4], last[5] = meta, dtype, y, yc, yn, plan
         node = _binary_node(op, yn, xn, plan) if swap else _binary_node(op, xn, yn, plan)
         if not inplace:
             return wrap_like(node, x)
