@@ -28,8 +28,8 @@ from .tensor import ZyxTensor, defer_error, from_cpu, read, set_dispatcher, to_c
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
-_LOWERING_OF = registry.LOWERINGS.by_id  # id(overload) → lowering
-_PAIR_OF = registry.LOWERINGS.pairs  # id(overload) → its lowering's two-operand form
+_LOWERING_OF = registry.LOWERINGS.by_name  # overload._name → lowering (see registry.LoweringTable)
+_PAIR_OF = registry.LOWERINGS.pairs  # overload._name → its lowering's two-operand form
 _warned: set[str] = set()
 
 # Ops whose decomposition is worse than the CPU (none yet) or wrong for us are skipped here.
@@ -100,13 +100,13 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     """``ZyxTensor.__torch_dispatch__``: ``dispatch`` with the registered-lowering case inline
     (every recorded op goes through here, one Python call less per op)."""
     if not kwargs and len(args) == 2:
-        pair = _PAIR_OF.get(id(func))
+        pair = _PAIR_OF.get(func._name)
         if pair is not None:
             try:
                 return pair(args[0], args[1])
             except NotImplementedError:
                 return _dispatch_unlowered(func, args, {})
-    lowering = _LOWERING_OF.get(id(func))
+    lowering = _LOWERING_OF.get(func._name)
     if lowering is not None:
         try:
             return lowering(*args, **kwargs) if kwargs else lowering(*args)
@@ -116,7 +116,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
 
 
 def dispatch(func, args, kwargs):
-    lowering = _LOWERING_OF.get(id(func))
+    lowering = _LOWERING_OF.get(func._name)
     if lowering is not None:
         try:
             return lowering(*args, **kwargs)
