@@ -256,3 +256,49 @@ def test_view_metadata_matches_cpu(name):
         except (RuntimeError, IndexError) as e:
             results.append(type(e))
     assert results[0] == results[1]
+
+
+def test_repeated_scalar_operands_keep_promotion():
+    # The binary fast path remembers its last scalar operand per op: equal scalars of another
+    # class (2, 2.0, True), tensors of another dtype with the same shape (metadata), and a
+    # storage overwritten through a view of another shape must each take their own path.
+    def fn(i, f, d):
+        out = []
+        for s in (2, 2.0, True, 2, 2.0, 2):
+            out += [i * s, f * s, d * s, (i * s) * s, (f + s) + s]
+        v = f.view(2, 3)
+        v.add_(1)
+        out += [f * 2, f * 2, v * 2]
+        return out
+
+    i = torch.arange(6)
+    _both(fn, i, i.float() * 0.5 - 1, i.double() * 0.25 + 2)
+
+
+def test_live_lazy_values_are_realized_together_and_dead_ones_never():
+    import torch_zyx
+
+    base = torch.ones(1000, device="zyx")
+    torch.zyx.synchronize()
+    allocated = []
+    for keep in (True, False):
+        torch_zyx.reset_counters()
+        a = base * 3
+        b = base * 4
+        if not keep:
+            del a
+        assert b.cpu()[0].item() == 4.0
+        allocated.append(torch_zyx.counters()["bytes_allocated"])
+    assert allocated == [8000, 4000]  # both outputs when ``a`` lives, only ``b``'s when it died
+
+
+def test_inplace_on_a_realized_tensor_is_realized_by_synchronize():
+    from torch_zyx.tensor import pending_storages
+
+    x = torch.zeros(5, device="zyx")
+    x.cpu()
+    x.add_(1)  # a realized storage given a lazy value again
+    assert x._storage in pending_storages()
+    torch.zyx.synchronize()
+    assert x._storage.value.op == "BUFFER" and not pending_storages()
+    assert x.cpu().tolist() == [1.0] * 5

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
-import weakref
+import sys
 
 import torch
 
@@ -29,25 +29,56 @@ ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
 
 
 
-# Weak references to every storage made since the last sweep, in creation order (so
-# ``pending_storages`` needs no sort). No callback per storage: dead references are dropped in
-# bulk when the list doubles (a death callback cost ~1.5 us per recorded op, a WeakSet's ``add``
-# ~1 us), which keeps the list within twice the live storages.
-_live_storages: list[weakref.ref] = []
+# Storages given a lazy value since the last realization, in the order they got it: a stable
+# order keeps graph signatures equal from one training step to the next (so the schedule cache
+# hits). Held strongly, not by weak references: making a weak reference cost ~0.5 us per
+# recorded op on the 2-core box, and a storage's death ~0.3 us more with one. A storage that
+# no tensor holds any more is found by its reference count when the list is taken (see
+# ``_take_pending``) and simply dropped then; until that moment it keeps its lazy value (and
+# whatever that references) alive. The list is taken at every realization and whenever it
+# doubles (``_sweep``), so the ones kept are at most as many as the live ones. Storages holding
+# realized buffers are never listed: dropping a tensor frees its buffer at once.
+_pending: list[Storage] = []
 _sweep = {"at": 4096}
+_getrefcount = sys.getrefcount
 
 
-def _track(storage: Storage) -> None:
-    live = _live_storages
-    live.append(weakref.ref(storage))
-    if len(live) > _sweep["at"]:
-        _sweep_storages()
+def _is_lazy(node: Node) -> bool:
+    """Whether a storage holding ``node`` (its flat value or whole shaped contents) needs a
+    realization: anything but a buffer (or a buffer reshaped)."""
+    op = node.op
+    return op != "BUFFER" and (op != "RESHAPE" or node.srcs[0].op != "BUFFER")
 
 
-def _sweep_storages() -> None:
-    live = [ref for ref in _live_storages if ref() is not None]
-    _live_storages[:] = live
+def _list_pending(storage: Storage) -> None:
+    pending = _pending
+    pending.append(storage)
+    if len(pending) > _sweep["at"]:
+        _sweep_pending()
+
+
+def _sweep_pending() -> None:
+    live = _take_pending()
+    _pending[:0] = live
     _sweep["at"] = max(4096, 2 * len(live))
+
+
+def _reference_counts(storages: list) -> list[int]:
+    return [_getrefcount(s) for s in storages]
+
+
+# The count ``_reference_counts`` gives for an object that only its list holds (the list's
+# reference, the loop variable's and getrefcount's argument's: measured, not assumed).
+_UNHELD = _reference_counts([object()])[0]
+
+
+def _take_pending() -> list[Storage]:
+    """Empty ``_pending``; its storages that something else still holds and whose value is
+    still lazy, each once, oldest first."""
+    listed = list(dict.fromkeys(_pending))  # (first listing first: the storage's age)
+    _pending.clear()
+    counts = _reference_counts(listed)
+    return [s for s, count in zip(listed, counts) if count > _UNHELD and _is_lazy(s._shaped or s._value)]
 
 
 def supports_dtype(dtype: torch.dtype) -> bool:
@@ -71,7 +102,7 @@ class Storage:
     no RESHAPE node per op.
     """
 
-    __slots__ = ("__weakref__", "_shaped", "_value", "device", "dtype", "numel")
+    __slots__ = ("_shaped", "_value", "device", "dtype", "numel")
 
     def __init__(self, value: Node | None, device, shaped: Node | None = None):
         if shaped is None:
@@ -85,7 +116,8 @@ class Storage:
             self.dtype = shaped.dtype
             self.numel = math.prod(shaped.shape)
         self.device = device
-        _track(self)
+        if _is_lazy(value if shaped is None else shaped):
+            _list_pending(self)
 
     @property
     def value(self) -> Node:
@@ -98,6 +130,8 @@ class Storage:
     def value(self, value: Node) -> None:
         self._value = value
         self._shaped = None
+        if _is_lazy(value):
+            _list_pending(self)  # (again, if it is listed already: see _take_pending)
 
     @property
     def shaped(self) -> Node | None:
@@ -108,6 +142,8 @@ class Storage:
         """Make ``node`` (``numel`` elements of the storage's dtype) the whole contents."""
         self._value = None
         self._shaped = node
+        if _is_lazy(node):
+            _list_pending(self)  # (again, if it is listed already: see _take_pending)
 
     def realize(self):
         """The buffer holding this storage's contents (computing pending work).
@@ -124,9 +160,8 @@ class Storage:
 
 def pending_storages() -> list[Storage]:
     """Storages with unrealized values, oldest first (a stable order keeps graph signatures equal)."""
-    _sweep_storages()
-    storages = (ref() for ref in _live_storages)
-    return [s for s in storages if s is not None and s.value.op != "BUFFER"]
+    _sweep_pending()
+    return list(_pending)
 
 
 # The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
@@ -343,8 +378,7 @@ def read(t: ZyxTensor) -> Node:
 
 
 _new_storage = object.__new__
-_weak = weakref.ref
-_pending = g.PendingCounter
+_nodes = g.PendingCounter
 
 
 def wrap(node: Node, device) -> ZyxTensor:
@@ -357,11 +391,9 @@ def wrap(node: Node, device) -> ZyxTensor:
     storage.dtype = dtype = node.dtype
     storage.numel = math.prod(shape)
     storage.device = device
-    live = _live_storages
-    live.append(_weak(storage))
-    if len(live) > _sweep["at"]:
-        _sweep_storages()
-    if _pending.count > CONFIG.max_pending:
+    if _is_lazy(node):
+        _list_pending(storage)
+    if _nodes.count > CONFIG.max_pending:
         realize_all()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
     # Contiguous with offset 0 are _make_wrapper_subclass's defaults (cheaper than passing them).
@@ -383,11 +415,11 @@ def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
     storage.dtype = dtype = node.dtype
     storage.numel = source.numel
     storage.device = device = source.device
-    live = _live_storages
-    live.append(_weak(storage))
-    if len(live) > _sweep["at"]:
-        _sweep_storages()
-    if _pending.count > CONFIG.max_pending:
+    pending = _pending  # (an op's fresh node: lazy)
+    pending.append(storage)
+    if len(pending) > _sweep["at"]:
+        _sweep_pending()
+    if _nodes.count > CONFIG.max_pending:
         realize_all()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
     out = _make_wrapper_subclass(ZyxTensor, node.shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device,
@@ -401,7 +433,7 @@ def assign_whole(t: ZyxTensor, node: Node) -> ZyxTensor:
     """``write(t, node)`` for a ``t`` that is its whole storage and a ``node`` of its shape and
     dtype (the in-place fast paths of ops.elementwise): the node becomes the storage's value."""
     t._storage.assign(node)
-    if _pending.count > CONFIG.max_pending:
+    if _nodes.count > CONFIG.max_pending:
         realize_all()
     return t
 
@@ -452,16 +484,31 @@ def realize_all(device=None) -> None:
     if _deferred_errors:
         _raise_deferred()
     g.PendingCounter.count = 0
+    storages = _take_pending()
+    # Listed again until realized: an error below leaves them pending, as they are.
+    _pending[:0] = storages
     by_device: dict[int, list[Storage]] = {}
-    for storage in pending_storages():
+    for storage in storages:
         if device is None or storage.device is device:
             by_device.setdefault(storage.device.index, []).append(storage)
-    from .realize import realize
+    if not by_device:
+        return
+    realize = _realize[0]
+    if realize is None:
+        from .realize import realize  # (the executor is loaded on first use)
 
-    for storages in by_device.values():
-        buffers = realize([s.value for s in storages], storages[0].device)
-        for storage, buffer in zip(storages, buffers):
-            storage.value = g.buffer(buffer, storage.dtype, storage.numel)
+        _realize[0] = realize
+    for group in by_device.values():
+        buffers = realize([s.value for s in group], group[0].device)
+        for storage, buffer in zip(group, buffers):
+            # (not ``value =``: that would list the storage again)
+            storage._value = g.buffer(buffer, storage.dtype, storage.numel)
+            storage._shaped = None
+    # Unlisted now that they hold buffers (a listed storage would keep its buffer alive).
+    _pending[:] = [s for s in _pending if _is_lazy(s._shaped or s._value)]
+
+
+_realize: list = [None]
 
 
 def to_cpu(t: ZyxTensor) -> torch.Tensor:
