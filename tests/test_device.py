@@ -226,3 +226,40 @@ def test_forked_child_can_launch_kernels():
     os.close(write_end)
     _, status = os.waitpid(pid, 0)
     assert os.read(read_end, 1) == b"1" and status == 0
+
+
+def _thread_team(kind: str, runtime):
+    from torch_zyx.runtime import cpu_team
+
+    if kind == "openmp":
+        team = cpu_team.OpenMPTeam.find()
+        if team is None:
+            pytest.skip("no OpenMP runtime is loaded in this process")
+        return team
+    if kind == "native":
+        if not cpu_team.NativeTeam.supported(runtime.triple):
+            pytest.skip(f"the native team needs x86-64 Linux, not {runtime.triple}")
+        return cpu_team.NativeTeam(runtime.target_machine, 3)
+    return cpu_team.PythonWorkers(4)
+
+
+@pytest.mark.parametrize("kind", ["openmp", "native", "python"])
+def test_cpu_thread_teams(kind, monkeypatch):
+    # Every thread team runs every chunk of a launch exactly once, for launches with more
+    # chunks than threads, fewer chunks than threads, and several dependent kernels in a row.
+    from torch_zyx import realize
+
+    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
+    if not contexts:
+        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
+    runtime = contexts[0].runtime
+    monkeypatch.setattr(runtime, "team", _thread_team(kind, runtime))
+    monkeypatch.setattr(runtime, "threads", 4)
+    device = torch.device("zyx", contexts[0].index)
+    x = torch.randn(1 << 20)
+    rows = torch.randn(3, 1 << 16)
+    for _ in range(3):
+        xz = x.to(device)
+        assert_close((xz * 3 + 1).relu(), (x * 3 + 1).relu())
+        assert_close(xz.view(256, -1).softmax(-1), x.view(256, -1).softmax(-1))
+        assert_close(rows.to(device).exp().sum(-1), rows.exp().sum(-1), rtol=1e-4, atol=1e-2)

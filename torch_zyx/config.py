@@ -58,7 +58,7 @@ class Config:
     cache_dir: Path = field(default_factory=_cache_dir)
     autotune: bool = False
     disk_cache: bool = True
-    cpu_team: str = "native"
+    cpu_team: str = "openmp"
 
     def debug_on(self, bit: int) -> bool:
         return bool(self.debug & bit)
@@ -72,7 +72,7 @@ def _load() -> Config:
         max_pending=max(16, _env_int("ZYX_MAX_PENDING", 10000)),
         autotune=_env_int("ZYX_AUTOTUNE", 0) != 0,
         disk_cache=_env_int("ZYX_DISK_CACHE", 1) != 0,
-        cpu_team=os.environ.get("ZYX_CPU_TEAM", "native"),
+        cpu_team=os.environ.get("ZYX_CPU_TEAM", "openmp"),
     )
     file_backends = None
     path = _config_file()

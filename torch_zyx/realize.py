@@ -42,6 +42,8 @@ class DeviceContext:
         self.events = EventTable()
         self.programs: dict[str, object] = {}
         self.render = RENDERERS[runtime.renderer]
+        # Device facts a renderer takes into account (the CPU's cache size for streaming stores).
+        self.render_options = getattr(runtime, "render_options", {})
         self.lowering = lowering_options(runtime)
         # (dtype, values) → the ConstantBuffer holding them: a graph realized again with the same
         # scalar parameters (layer norm's eps and 1/n, an unchanged learning rate) reuses its
@@ -183,7 +185,7 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
         cached = _lowered.get(lower_key)
         if cached is None:
             loop = lower(kernel, "zyx_kernel", dtypes_, device.lowering)
-            source = device.render(loop)
+            source = device.render(loop, **device.render_options)
             # The name comes from the source, so identical kernels of different graphs share one program.
             loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
             # "zyx_kernel(" names the kernel in every renderer's output

@@ -15,15 +15,16 @@ import logging
 import os
 import re
 import threading
+from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from ..codegen.llvm import PREFETCH_ATTRIBUTE, STREAM_ATTRIBUTE
+from ..codegen.llvm import PREFETCH_ATTRIBUTE, STREAM_ATTRIBUTE, STREAM_STORE_BYTES
 from ..config import CONFIG, DEBUG_COMPILE
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
 from . import CompileError
-from .cpu_team import NativeTeam, PythonWorkers
+from .cpu_team import NativeTeam, OpenMPTeam, PythonWorkers
 
 log = logging.getLogger("torch_zyx")
 
@@ -161,6 +162,22 @@ class CPUProgram:
                                   (pointers, param_array, buffers))
 
 
+def _last_level_cache_bytes() -> int:
+    """The size of the largest cache of CPU 0 (Linux sysfs), 0 when unknown."""
+    largest = 0
+    for size_file in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = size_file.read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text[-1:] in units and text[:-1].isdigit():
+            largest = max(largest, int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            largest = max(largest, int(text))
+    return largest
+
+
 class CPUDevice:
     """The embedded default device: the host CPU through LLVM."""
 
@@ -183,15 +200,24 @@ class CPUDevice:
         self.pool = HostPool()
         self._cache_dir = CONFIG.cache_dir / "llvm"
         self._lock = threading.Lock()
-        self.vector_bits = 512 if "+avx512f" in llvm.get_host_cpu_features().flatten() else 256
+        self.render_options = {"stream_store_bytes": max(STREAM_STORE_BYTES, _last_level_cache_bytes() // 4)}
 
     def _new_team(self):
-        if CONFIG.cpu_team == "native" and NativeTeam.supported(self.triple):
+        if CONFIG.cpu_team == "openmp":
+            team = OpenMPTeam.find()
+            if team is not None:
+                return team
+        if CONFIG.cpu_team in ("native", "openmp") and NativeTeam.supported(self.triple):
             return NativeTeam(self.target_machine, self.threads - 1)
         return PythonWorkers(self.threads)
 
     def _after_fork_in_child(self) -> None:
-        self.team.reset()
+        if isinstance(self.team, OpenMPTeam):
+            # Its threads are gone in the child, and its first parallel region would wait on
+            # them forever (GNU OpenMP is not fork-safe). No compiling in a fork handler.
+            self.team = PythonWorkers(self.threads)
+        else:
+            self.team.reset()
         self._lock = threading.Lock()
 
     def describe(self) -> str:

@@ -1,23 +1,29 @@
 """The CPU runtime's thread teams: how one launch's parallel entry runs on several threads.
 
-``NativeTeam`` (x86-64 Linux): helper threads that wait in machine code (spin on a shared
-word for a moment, then sleep on a futex) and are woken all at once by one store and one
-futex call; the launching thread runs a share of the chunks too and returns when every
-helper is done. No GIL round trip per thread: 16 Python workers woken one by one through the
-GIL made a 0.2 ms kernel take 0.6-0.9 ms on a 16-core host. It is zyx's own rather than the
-OpenMP runtime CPU torch loaded: that one's launcher spins at its end barrier, and on a busy
-machine it spun away the time slice of the helper it was waiting for (launches took a whole
-4 ms scheduler tick).
+Every team has ``launch(entry address, entry function, task, threads, wait events, keepalive)
+→ Event`` and ``reset()`` (for a forked child). The device picks one (``ZYX_CPU_TEAM``):
 
-``PythonWorkers``: Python threads fed through a queue, each making one call into the parallel
-entry; used where the native team cannot be built (another architecture or OS) or when
-``ZYX_CPU_TEAM=python``. Launches return an event; the native team's return done.
+- ``OpenMPTeam`` (default): the OpenMP runtime CPU torch loaded, one ``GOMP_parallel`` call per
+  launch. zyx's kernels and CPU torch's ops share its threads: after a torch op its team keeps
+  spinning for milliseconds, and a second team of zyx's own would fight it for the cores (on a
+  16-core host x * 2 on 16 MB took 1.0 ms on the native team next to torch, 0.22 ms on this one).
+- ``NativeTeam`` (x86-64 Linux): zyx's own helper threads waiting in machine code (spin on a
+  shared word for a moment, then sleep on a futex), woken at once by one store and one futex
+  call. Its launcher sleeps rather than spins while it waits for the last helper, so it holds
+  up better on a machine busy with other processes, where OpenMP's spinning launcher can spend
+  a whole 4 ms scheduler tick waiting for a helper that shares its core.
+- ``PythonWorkers``: Python threads fed through a queue, each making one call into the
+  parallel entry; what a forked child uses (no team survives fork) and the last fallback.
+
+The first two run the launch on the calling thread too and return when it is done; Python
+workers return an event at once.
 """
 
 from __future__ import annotations
 
 import ctypes
 import queue
+import re
 import sys
 import threading
 
@@ -129,6 +135,10 @@ _IDLE_CYCLES = 250_000
 _WAIT_CYCLES = 100_000
 
 
+# Every native team whose threads were started, with its state (see NativeTeam._start).
+_STARTED_TEAMS: list = []
+
+
 class _TeamState(ctypes.Structure):
     _fields_ = [("word", ctypes.c_int32), ("pending", ctypes.c_int32), ("entry", ctypes.c_void_p),
                 ("task", ctypes.c_void_p)]
@@ -163,6 +173,9 @@ class NativeTeam:
         return triple.startswith("x86_64") and sys.platform.startswith("linux")
 
     def _start(self) -> None:
+        # The helpers run this team's machine code and read its state for the rest of the
+        # process: neither may be freed (a team dropped by its device would crash them).
+        _STARTED_TEAMS.append((self, self._state))
         for index in range(self.helpers):
             # Each thread makes one call that never returns (GIL released for good). Daemon:
             # an idle helper must not keep the interpreter alive.
@@ -178,6 +191,47 @@ class NativeTeam:
             if not self._started:
                 self._start()
             self._run(self._address, entry, ctypes.addressof(task), min(threads - 1, self.helpers))
+        return completed()
+
+
+# OpenMP runtimes that export GNU's ``GOMP_parallel`` (LLVM's and Intel's export it as well).
+_OPENMP_LIBRARY = re.compile(r"/lib(gomp|omp|iomp5)[-.\w]*\.so[.\d]*$")
+
+
+class OpenMPTeam:
+    """The team of the OpenMP runtime CPU torch loaded: one ``GOMP_parallel`` call runs the
+    parallel entry on the calling thread and the team's threads. zyx's kernels and CPU torch's
+    ops then share one set of threads (a team still spinning after a torch op takes the kernel
+    at once, and the two never compete for cores); its launcher spins at the end barrier."""
+
+    def __init__(self, parallel):
+        self._parallel = parallel
+
+    @classmethod
+    def find(cls) -> OpenMPTeam | None:
+        """The team of an OpenMP runtime loaded in this process, if there is one (Linux)."""
+        try:
+            with open("/proc/self/maps") as maps:
+                paths = {line.split()[-1] for line in maps if _OPENMP_LIBRARY.search(line.rstrip())}
+        except OSError:
+            return None
+        for path in sorted(paths):
+            try:
+                parallel = ctypes.CDLL(path).GOMP_parallel
+            except (OSError, AttributeError):
+                continue
+            parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+            parallel.restype = None
+            return cls(parallel)
+        return None
+
+    def reset(self) -> None:
+        raise RuntimeError("an OpenMP team does not survive fork()")
+
+    def launch(self, entry: int, entry_fn, task, threads: int, wait_events: list[Event],
+               keepalive) -> Event:
+        wait_all(wait_events)
+        self._parallel(entry, ctypes.addressof(task), threads, 0)
         return completed()
 
 
