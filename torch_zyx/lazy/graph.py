@@ -20,6 +20,7 @@ Primitive set (DESIGN.md "Lazy graph"):
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from typing import Any
 
@@ -54,56 +55,71 @@ class _KeyedRef(weakref.ref):
 # and compare by identity, so the sources tuple itself is the cheapest exact key.
 _interned: dict[tuple, _KeyedRef] = {}
 
-# References of the nodes built since the last lookup, not yet entered in ``_interned`` (a list
-# append costs less than building a key and inserting it, and many nodes die before any lookup
-# could find them: ``_file`` then skips them). Every lookup files them first, so lookups see
-# every live node.
-_unfiled: list[_KeyedRef] = []
+# Nodes built by ``binary_node`` since the last lookup, held strongly and not yet entered in
+# ``_interned``: recording a chain of ops (each on the previous one's result: see ``_Newest``)
+# looks nothing up, and a weak reference made per node cost ~0.5 us per recorded op on the
+# 2-core box. Every lookup files them first (``_file``), so lookups see every live node; one
+# that nothing else holds any more is dropped then, never needing a reference or a key. (Until
+# that next lookup, a dead one keeps its sources alive: lookups come with nearly every other
+# node built, and a realization makes several.)
+_unfiled: list[Node] = []
 _UNFILED_MAX = 4096
 
 
 class _Newest:
-    """The weak reference (in ``_interned``) to the node built last. No node can have that node
-    as a source yet (it would have been built after it), so looking up a key with it among
-    the sources cannot hit: recording a chain of ops (each on the previous one's result) skips
-    that lookup. The reference is dropped here when its node dies: it holds the node's key, and
-    with it the node's sources (and the buffers they may hold)."""
+    """The node ``binary_node`` built last, while it is unfiled (``_unfiled`` holds it anyway). No
+    node can have that node as a source yet (it would have been built after it), so looking up a
+    key with it among the sources cannot hit: recording a chain of ops (each on the previous
+    one's result) skips that lookup. Reset when it is filed, so it never keeps a node alive."""
 
-    __slots__ = ("none", "ref")
+    __slots__ = ("node",)
 
     def __init__(self) -> None:
-        self.none = self.ref = weakref.ref(_Newest)  # (a referent that is no node)
+        self.node = None
 
 
 _newest = _Newest()
 
 
-def _forget(ref: _KeyedRef, table: dict = _interned, newest: _Newest = _newest) -> None:
+def _forget(ref: _KeyedRef, table: dict = _interned) -> None:
     # (the table bound as a default: references can die after the module's globals at exit)
     key = ref.key
-    if key is not None:  # (None: a node of binary_node not filed yet)
-        ref.key = None  # (a reference still in _unfiled then holds no key, nor the node's sources)
-        if table.get(key) is ref:
-            del table[key]
-    if newest.ref is ref:
-        newest.ref = newest.none
+    ref.key = None  # (the reference may outlive its node: it then holds no key, nor the sources)
+    if table.get(key) is ref:
+        del table[key]
+
+
+_getrefcount = sys.getrefcount
+
+
+def _count_unheld() -> int:
+    # The count ``_file`` sees for a node that only its variable holds, measured the same way
+    # (popped from a list into a variable), not assumed.
+    probe = [object()]
+    node = probe.pop()
+    return _getrefcount(node)
+
+
+_UNHELD = _count_unheld()
 
 
 def _file() -> None:
-    """Enter the references in ``_unfiled`` of nodes still alive in ``_interned`` (under their
-    keys, built now: a node that died unfiled never needed one)."""
+    """Enter the nodes in ``_unfiled`` that something still holds in ``_interned``."""
     table = _interned
     count = len(_unfiled)
-    refs = _unfiled[:count]
-    del _unfiled[:count]  # (not clear(): a reference appended meanwhile, by another thread, stays)
-    for ref in refs:
-        key = ref.key
-        if key is None:
-            node = ref()
-            if node is None:
-                continue
-            key = ref.key = (node.op, node._karg, node.srcs, node.dtype, node.shape)
-        table[key] = ref
+    nodes = _unfiled[:count]
+    del _unfiled[:count]  # (not clear(): a node appended meanwhile, by another thread, stays)
+    _newest.node = None
+    pop = nodes.pop
+    while nodes:
+        # Newest first: a user is built after its sources, so a dead one is freed (here, when
+        # ``node`` is rebound) before its sources are looked at, which then count one less.
+        node = pop()
+        if _getrefcount(node) > _UNHELD:
+            key = (node.op, node._karg, node.srcs, node.dtype, node.shape)
+            ref = _KeyedRef(node, _forget)
+            ref.key = key
+            table[key] = ref
 
 
 class _PendingCounter:
@@ -179,10 +195,7 @@ def _build(key: tuple, op: str, arg: Any, srcs: tuple[Node, ...], dtype: DType,
     node._karg = key[1]
     ref = _KeyedRef(node, _forget)
     ref.key = key
-    _unfiled.append(ref)
-    if len(_unfiled) > _UNFILED_MAX:
-        _file()
-    _newest.ref = ref
+    _interned[key] = ref
     PendingCounter.count += 1
     return node
 
@@ -192,7 +205,7 @@ def binary_node(op: str, x: Node, y: Node, dtype: DType) -> Node:
     shape and dtype, ``dtype`` the result's: bool for comparisons): the recording fast paths."""
     srcs = (x, y)
     shape = x.shape
-    newest = _newest.ref()
+    newest = _newest.node
     if newest is not x and newest is not y:  # (else no node has that source yet: see _Newest)
         if _unfiled:
             _file()
@@ -201,7 +214,7 @@ def binary_node(op: str, x: Node, y: Node, dtype: DType) -> Node:
             node = ref()
             if node is not None:
                 return node
-    # _build, inline (one Python call less per recorded op)
+    # _build, inline (one Python call less per recorded op), but unfiled (see _unfiled)
     node = _new_node(Node)
     node.op = "BINARY"
     node.arg = op
@@ -209,12 +222,11 @@ def binary_node(op: str, x: Node, y: Node, dtype: DType) -> Node:
     node.dtype = dtype
     node.shape = shape
     node._karg = op
-    ref = _KeyedRef(node, _forget)
-    ref.key = None  # (its key is built if it is still alive when filed: see _file)
-    _unfiled.append(ref)
-    if len(_unfiled) > _UNFILED_MAX:
+    unfiled = _unfiled
+    unfiled.append(node)
+    if len(unfiled) > _UNFILED_MAX:
         _file()
-    _newest.ref = ref
+    _newest.node = node
     PendingCounter.count += 1
     return node
 
