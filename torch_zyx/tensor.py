@@ -485,6 +485,7 @@ def realize_all(device=None) -> None:
         _raise_deferred()
     g.PendingCounter.count = 0
     storages = _take_pending()
+    g.file_unfiled()  # (the nodes of the dead ones among them are freed now)
     # Listed again until realized: an error below leaves them pending, as they are.
     _pending[:0] = storages
     by_device: dict[int, list[Storage]] = {}

@@ -103,6 +103,13 @@ def _count_unheld() -> int:
 _UNHELD = _count_unheld()
 
 
+def file_unfiled() -> None:
+    """File the nodes recorded since the last lookup now (a realization calls it, so the nodes
+    of values that died since are freed there rather than at the next op's lookup)."""
+    if _unfiled:
+        _file()
+
+
 def _file() -> None:
     """Enter the nodes in ``_unfiled`` that something still holds in ``_interned``."""
     table = _interned
