@@ -59,6 +59,7 @@ class Config:
     autotune: bool = False
     disk_cache: bool = True
     cpu_team: str = "openmp"
+    vector_bits: int = 0
 
     def debug_on(self, bit: int) -> bool:
         return bool(self.debug & bit)
@@ -73,6 +74,7 @@ def _load() -> Config:
         autotune=_env_int("ZYX_AUTOTUNE", 0) != 0,
         disk_cache=_env_int("ZYX_DISK_CACHE", 1) != 0,
         cpu_team=os.environ.get("ZYX_CPU_TEAM", "openmp"),
+        vector_bits=max(0, _env_int("ZYX_VECTOR_BITS", 0)),
     )
     file_backends = None
     path = _config_file()

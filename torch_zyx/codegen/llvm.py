@@ -139,9 +139,10 @@ def literal(value, dtype: DType) -> str:
 
 
 class LLVMRenderer:
-    def __init__(self, kernel: LoopKernel, stream_store_bytes: int):
+    def __init__(self, kernel: LoopKernel, stream_store_bytes: int, vector_bits: int):
         self.kernel = kernel
         self.stream_store_bytes = stream_store_bytes
+        self.vector_bits = vector_bits
         self.lines: list[str] = []
         self.allocas: list[str] = []
         self.declares: set[str] = set()
@@ -308,6 +309,8 @@ class LLVMRenderer:
         if prefetches:
             spec = ",".join(f"{slot}:{distance}:{locality}" for slot, (distance, locality) in prefetches.items())
             stream += f' "{PREFETCH_ATTRIBUTE}"="{spec}"'
+        if self.vector_bits:
+            stream += f' "prefer-vector-width"="{self.vector_bits}"'
         return (f"{declares}\n\n{head}\n{body}\n  ret void\n}}\n\n"
                 f'attributes #0 = {{ nounwind "no-trapping-math"="true"{stream} }}\n' + self.alias_metadata())
 
@@ -613,7 +616,8 @@ METADATA = '''!0 = !{}
 '''
 
 
-def render(kernel: LoopKernel, stream_store_bytes: int = STREAM_STORE_BYTES) -> str:
-    """LLVM IR of ``kernel``; kernels moving at least ``stream_store_bytes`` may stream their
-    stores (the device's choice: ``CPUDevice.render_options``)."""
-    return LLVMRenderer(kernel, stream_store_bytes).render() + METADATA
+def render(kernel: LoopKernel, stream_store_bytes: int = STREAM_STORE_BYTES, vector_bits: int = 0) -> str:
+    """LLVM IR of ``kernel`` for a device's ``CPUDevice.render_options``: kernels moving at least
+    ``stream_store_bytes`` may stream their stores; ``vector_bits`` (when not 0) is the vector
+    width the loop vectorizer should prefer (LLVM prefers 256 bits even where 512 exist)."""
+    return LLVMRenderer(kernel, stream_store_bytes, vector_bits).render() + METADATA
