@@ -263,3 +263,17 @@ def test_cpu_thread_teams(kind, monkeypatch):
         assert_close((xz * 3 + 1).relu(), (x * 3 + 1).relu())
         assert_close(xz.view(256, -1).softmax(-1), x.view(256, -1).softmax(-1))
         assert_close(rows.to(device).exp().sum(-1), rows.exp().sum(-1), rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_meta_tensor_copy_raises(fallback, monkeypatch):
+    # A meta tensor has no data: copying one to zyx raises as it does to CPU torch (reading its
+    # data pointer crashed the process).
+    monkeypatch.setattr(CONFIG, "cpu_fallback", fallback)
+    meta = torch.empty(3, dtype=torch.int64, device="meta")
+    with pytest.raises(NotImplementedError):
+        torch.empty(3).copy_(meta)
+    with pytest.raises(NotImplementedError):
+        meta.to("zyx")
+    with pytest.raises(NotImplementedError):
+        torch.zeros(3, dtype=torch.int64, device="zyx").copy_(meta)

@@ -531,6 +531,11 @@ def from_cpu(src: torch.Tensor, device) -> Node:
     """A BUFFER node holding a copy of the CPU tensor ``src``."""
     from .memory.buffer import Buffer
 
+    if src.is_meta:
+        # CPU torch's error: a meta tensor has no data (reading its data pointer crashed).
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+    if src.device.type != "cpu":
+        src = src.cpu()  # another device's memory: through the host
     src = src.detach().contiguous()
     dtype = zdtype(src.dtype)
     buffer = Buffer(device, dtype, src.numel())
