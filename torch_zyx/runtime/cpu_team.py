@@ -45,32 +45,41 @@ declare i64 @syscall(i64, ...)
 declare i64 @llvm.readcyclecounter()
 declare void @llvm.x86.sse2.pause()
 
-define void @zyx_team_worker(ptr %team, i32 %index) {{
+; The value of *word once it differs from old: spin up to spin_cycles, then sleep on a futex.
+define internal i32 @zyx_await_change(ptr %word, i32 %old, i64 %spin_cycles) {{
 entry:
-  %seen = alloca i32
-  store i32 0, ptr %seen
-  br label %idle
-idle:
+  br label %spin
+spin:
   %since = call i64 @llvm.readcyclecounter()
   br label %poll
 poll:
-  %word = load atomic i32, ptr %team acquire, align 4
-  %old = load i32, ptr %seen
-  %new = icmp ne i32 %word, %old
-  br i1 %new, label %launched, label %check
+  %value = load atomic i32, ptr %word acquire, align 4
+  %changed = icmp ne i32 %value, %old
+  br i1 %changed, label %done, label %check
 check:
   %now = call i64 @llvm.readcyclecounter()
   %spent = sub i64 %now, %since
-  %long = icmp ugt i64 %spent, {idle_cycles}
+  %long = icmp ugt i64 %spent, %spin_cycles
   br i1 %long, label %sleep, label %pause
 pause:
   call void @llvm.x86.sse2.pause()
   br label %poll
 sleep:
   %expected = zext i32 %old to i64
-  %r0 = call i64 (i64, ...) @syscall(i64 202, ptr %team, i64 128, i64 %expected, ptr null)
+  %r = call i64 (i64, ...) @syscall(i64 202, ptr %word, i64 128, i64 %expected, ptr null)
+  br label %spin
+done:
+  ret i32 %value
+}}
+
+define void @zyx_team_worker(ptr %team, i32 %index) {{
+entry:
+  %seen = alloca i32
+  store i32 0, ptr %seen
   br label %idle
-launched:
+idle:
+  %old = load i32, ptr %seen
+  %word = call i32 @zyx_await_change(ptr %team, i32 %old, i64 {idle_cycles})
   store i32 %word, ptr %seen
   %helpers = and i32 %word, 255
   %mine = icmp slt i32 %index, %helpers
@@ -86,7 +95,7 @@ run:
   %last = icmp eq i32 %left, 1
   br i1 %last, label %wake, label %idle
 wake:
-  %r1 = call i64 (i64, ...) @syscall(i64 202, ptr %pending, i64 129, i64 1, ptr null)
+  %r = call i64 (i64, ...) @syscall(i64 202, ptr %pending, i64 129, i64 1, ptr null)
   br label %idle
 }}
 
@@ -103,27 +112,15 @@ entry:
   %next = add i32 %sequence, 256
   %published = or i32 %next, %helpers
   store atomic i32 %published, ptr %team release, align 4
-  %r0 = call i64 (i64, ...) @syscall(i64 202, ptr %team, i64 129, i64 2147483647, ptr null)
+  %r = call i64 (i64, ...) @syscall(i64 202, ptr %team, i64 129, i64 2147483647, ptr null)
   call void %fn(ptr %task)
   br label %wait
 wait:
-  %since = call i64 @llvm.readcyclecounter()
-  br label %poll
-poll:
   %left = load atomic i32, ptr %pending acquire, align 4
   %done = icmp eq i32 %left, 0
-  br i1 %done, label %exit, label %check
-check:
-  %now = call i64 @llvm.readcyclecounter()
-  %spent = sub i64 %now, %since
-  %long = icmp ugt i64 %spent, {wait_cycles}
-  br i1 %long, label %sleep, label %pause
-pause:
-  call void @llvm.x86.sse2.pause()
-  br label %poll
+  br i1 %done, label %exit, label %sleep
 sleep:
-  %expected = zext i32 %left to i64
-  %r1 = call i64 (i64, ...) @syscall(i64 202, ptr %pending, i64 128, i64 %expected, ptr null)
+  %changed = call i32 @zyx_await_change(ptr %pending, i32 %left, i64 {wait_cycles})
   br label %wait
 exit:
   ret void
