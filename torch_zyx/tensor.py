@@ -406,7 +406,7 @@ def wrap(node: Node, device) -> ZyxTensor:
 
 def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
     """``wrap(node, device)`` for a ``node`` of the shape of ``like``, a dense tensor that is its
-    whole storage (the recording fast paths of ops.elementwise): ``like``'s metadata, device and
+    whole storage (the recording fast paths of ops.fastpath): ``like``'s metadata, device and
     element count are the result's, so none of them is computed again."""
     source = like._storage
     storage = _new_storage(Storage)
@@ -431,7 +431,7 @@ def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
 
 def assign_whole(t: ZyxTensor, node: Node) -> ZyxTensor:
     """``write(t, node)`` for a ``t`` that is its whole storage and a ``node`` of its shape and
-    dtype (the in-place fast paths of ops.elementwise): the node becomes the storage's value."""
+    dtype (the in-place fast paths of ops.fastpath): the node becomes the storage's value."""
     t._storage.assign(node)
     if _nodes.count > CONFIG.max_pending:
         realize_all()

@@ -307,7 +307,8 @@ class LLVMRenderer:
         stream = f' "{STREAM_ATTRIBUTE}"' if self.streams_stores() else ""
         prefetches = self.prefetches(bool(stream))
         if prefetches:
-            spec = ",".join(f"{slot}:{distance}:{locality}" for slot, (distance, locality) in prefetches.items())
+            spec = ",".join(f"{slot}:{distance}:{locality}"
+                            for slot, (distance, locality) in prefetches.items())
             stream += f' "{PREFETCH_ATTRIBUTE}"="{spec}"'
         if self.vector_bits:
             stream += f' "prefer-vector-width"="{self.vector_bits}"'

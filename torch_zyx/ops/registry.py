@@ -28,7 +28,7 @@ class LoweringTable(dict):
         self.by_id: dict[int, Callable] = {}
         self.by_name: dict[str, Callable] = {}
         # name of the overload → ``fn.pair`` of a lowering ``fn`` that has one: the lowering for exactly
-        # two positional operands, ``pair(x, y)`` (the binary fast paths of ops.elementwise),
+        # two positional operands, ``pair(x, y)`` (the binary fast paths of ops.fastpath),
         # which the dispatcher calls without building ``*rest`` and ``**kwargs`` per op.
         self.pairs: dict[str, Callable] = {}
 
@@ -288,7 +288,7 @@ def promoted_pair(x, y, kind=PROMOTE_DEFAULT) -> tuple[Node, Node, object, objec
 def fast_plan(args, kind, floats_only: bool = False):
     """The result's zyx dtype when the op ``kind`` of ``args`` computes in the dtype of
     ``args[0]`` (a zyx tensor; the others Python scalars or zyx tensors of its dtype), else
-    False: the test of the recording fast paths in elementwise.py, memoized there per op.
+    False: the test of the recording fast paths in ops/fastpath.py, memoized there per op.
 
     Neither answer depends on the default dtype, though the fast paths key it by operand
     classes only: the default dtype enters promotion only for an integer or bool tensor with a
