@@ -101,6 +101,32 @@ def test_row_kernels_with_work_groups(counters):
     assert new and all(k.group_size for k in new)
 
 
+@pytest.mark.parametrize("tile", [(4, 16), (8, 32)])
+def test_matmul_register_tiles(counters, monkeypatch, tile):
+    # Each device chooses its matmul register tile (the CPU: 8 x 32 with 512-bit vectors, else
+    # 4 x 16); both must give the same results and kernels whatever divides the shapes: rows
+    # by the tile's, by 4 or by 2 only, columns by the tile's or by 16 only, operands packed
+    # (large) or read in place, a computed operand (ReLU's gradient) stored first.
+    from torch_zyx import realize
+    from torch_zyx.lazy.panels import MatmulTile
+
+    ctx = realize.devices()[0]
+    monkeypatch.setattr(ctx, "lowering", dataclasses.replace(ctx.lowering, matmul_tile=MatmulTile(*tile)))
+    monkeypatch.setattr(realize, "_plans", {})  # (plans and kernels built for the other tile)
+    monkeypatch.setattr(realize, "_lowered", {})
+    for m, k, n in [(256, 64, 512), (260, 40, 48), (10, 33, 80), (136, 96, 528)]:
+        a, w = torch.randn(m, k), torch.randn(n, k)
+        assert _count(lambda a, w: a @ w.t(), a, w) <= 2  # (B packed, then the matmul)
+        b = w.t().contiguous()  # (B laid out along n: read in place)
+        assert_close(a.to("zyx") @ b.to("zyx"), a @ b, rtol=1e-4, atol=1e-4)
+    x, w = torch.randn(128, 64, requires_grad=True), torch.randn(512, 64, requires_grad=True)
+    xz, wz = x.detach().to("zyx").requires_grad_(), w.detach().to("zyx").requires_grad_()
+    F.linear(x, w).relu().square().sum().backward()
+    F.linear(xz, wz).relu().square().sum().backward()
+    assert_close(xz.grad, x.grad, rtol=1e-4, atol=1e-3)
+    assert_close(wz.grad, w.grad, rtol=1e-4, atol=1e-3)
+
+
 def test_second_run_hits_schedule_cache(counters):
     import torch_zyx
 

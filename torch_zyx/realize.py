@@ -22,6 +22,7 @@ from .dtypes import pack_scalars
 from .lazy import graph as g
 from .lazy.graph import Node
 from .lazy.kernelize import GraphSignature, Schedule, kernelize
+from .lazy.panels import DEFAULT_TILE
 from .memory.buffer import Buffer, ConstantBuffer
 from .memory.events import EventTable
 
@@ -80,7 +81,7 @@ class DeviceContext:
 def lowering_options(runtime) -> LoweringOptions:
     """What lowering may use on this device: grouped reduces need work groups (OpenCL)."""
     if runtime.renderer != "opencl":
-        return LoweringOptions()
+        return LoweringOptions(matmul_tile=getattr(runtime, "matmul_tile", DEFAULT_TILE))
     # Two float64 partials per item must fit in the group's shared memory.
     fit = max(1, runtime.local_memory // 16)
     group = min(256, runtime.max_group_size, fit)
@@ -162,7 +163,7 @@ def _opencl_runtimes() -> list:
 
 def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
     bump("kernelizer_runs")
-    schedule = kernelize(roots, sig)
+    schedule = kernelize(roots, sig, device.lowering.matmul_tile)
     programs, kernels_ir = [], []
     for k_index, kernel in enumerate(schedule.kernels):
         dtypes_ = []

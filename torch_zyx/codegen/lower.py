@@ -25,6 +25,7 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..lazy.kernelize import ScheduledKernel
+from ..lazy.panels import DEFAULT_TILE, MatmulTile
 from . import symbolic as sym
 from .index import Index
 from .ir import Instr, LoopKernel
@@ -49,6 +50,8 @@ class LoweringOptions:
     # Elementwise kernels with long rows loop over columns inside one item: good for CPU
     # loops, but GPU work items side by side would then read memory a row apart.
     row_loops: bool = True
+    # The register tile of matmul-shaped reduces (lazy/panels.py packs operands to match it).
+    matmul_tile: MatmulTile = DEFAULT_TILE
 
 
 def _reduce_init(op: str, dtype) -> object:

@@ -15,14 +15,10 @@ import math
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..lazy.panels import PANEL_COLS, PANEL_ROWS
 from . import symbolic as sym
 from .index import Index
 from .symbolic import Expr
 
-# The register tile of matmul-shaped reduces; large matmuls read operands packed to match it.
-_UPCAST_INNER = PANEL_COLS
-_UPCAST_OUTER = PANEL_ROWS
 # Cache line bytes: copies read whole lines of their source (``line_tile``).
 _LINE_BYTES = 64
 # Elementwise loop nests: leading axes join the outer (threaded) loop up to this many iterations.
@@ -39,13 +35,13 @@ class LoopNestLowering:
         # reduce reads them from neighbouring elements: a matmul's B, a sum over rows (a bias
         # gradient). Reduces that read along their own loop (a sum over each row) keep one
         # output per iteration and let LLVM vectorize the reduce loop instead.
-        if axes and shape[axes[-1]] % _UPCAST_INNER == 0 and self.reads_along(shape, axes[-1]):
-            factors[axes[-1]] = _UPCAST_INNER
-            # Two rows where four do not divide (a weight gradient of 10 outputs): each loaded
-            # column vector then feeds two accumulators instead of one.
-            rows = 1
-            if len(axes) >= 2:
-                rows = next((r for r in (_UPCAST_OUTER, 2) if shape[axes[-2]] % r == 0), 1)
+        # The register tile is the device's (LoweringOptions.matmul_tile); large matmuls read
+        # their operands packed to match it (lazy/panels.py).
+        tile = self.options.matmul_tile
+        cols = tile.columns(shape[axes[-1]]) if axes else 0
+        if cols and self.reads_along(shape, axes[-1]):
+            factors[axes[-1]] = cols
+            rows = tile.tile_rows(shape[axes[-2]]) if len(axes) >= 2 else 1
             if rows > 1:
                 factors[axes[-2]] = rows
         dims_base: dict[int, Expr] = {}
@@ -55,7 +51,7 @@ class LoopNestLowering:
         self.plain_loops = any(f > 1 for f in factors.values())
         if len(axes) >= 2 and factors[axes[-1]] > 1:
             # Matmul-shaped: walk column blocks outermost so one block of the right operand
-            # (K x 16) stays in cache while every row block streams past it.
+            # (K x tile columns) stays in cache while every row block streams past it.
             loop_order = [axes[-1]] + axes[:-1]
         elif len(axes) >= 2 and shape[axes[-1]] > shape[axes[-2]] and self.reused_along(shape, axes[-2]):
             # One output per iteration (a small-batch x @ W^T: dot products): the wider operand,

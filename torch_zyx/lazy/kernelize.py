@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from . import graph as g
 from .graph import Node
-from .panels import pack_matmul_operands
+from .panels import DEFAULT_TILE, MatmulTile, pack_matmul_operands
 
 # A computed value expanded (broadcast) is recomputed per output element; past this many
 # arithmetic ops it is cheaper to store it once.
@@ -561,6 +561,7 @@ def rewrite(roots: list[Node]) -> list[Node]:
     return g.rewrite_bottom_up(roots, lambda node: _split_reduce(node) if node.op == "REDUCE" else node)
 
 
-def kernelize(roots: list[Node], signature: GraphSignature) -> Schedule:
-    roots, pinned = pack_matmul_operands(rewrite(roots))
+def kernelize(roots: list[Node], signature: GraphSignature, tile: MatmulTile = DEFAULT_TILE) -> Schedule:
+    """The kernels of the graph ``roots`` for a device whose matmul register tile is ``tile``."""
+    roots, pinned = pack_matmul_operands(rewrite(roots), tile)
     return Kernelizer(roots, signature, pinned).build()

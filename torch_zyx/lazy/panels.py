@@ -1,18 +1,18 @@
 """Operand panels for matmul-shaped reduces: a graph rewrite run before kernelizing.
 
 A matmul is recorded as ``sum_k(A[..., m, 1, k] * B[..., 1, n, k])`` (``ops/matmul.py``).
-Lowering computes it in register tiles of ``PANEL_ROWS x PANEL_COLS`` outputs
-(``codegen/lower_loops.py``): every step of the k loop reads ``PANEL_ROWS`` values of A and
-``PANEL_COLS`` values of B. Read in place, those come from as many rows of a row-major
+Lowering computes it in register tiles of ``rows x cols`` outputs (a ``MatmulTile``, chosen
+per device; ``codegen/lower_loops.py``): every step of the k loop reads ``rows`` values of A
+and ``cols`` values of B. Read in place, those come from as many rows of a row-major
 operand, a large power-of-two stride apart (``W^T`` in a forward linear, ``dY^T`` in a
 weight gradient, plain ``B`` with 2048 columns): every k step touches new cache lines that map
 to the same few cache sets, and the matmul runs at memory latency (1-6 GFLOP/s on a 2-core
 EPYC, against 25-40 once packed).
 
 So, as BLAS GEMMs do, an operand read often enough is first copied into panels: A as
-``[m / PANEL_ROWS, k, PANEL_ROWS]``, B as ``[n / PANEL_COLS, k, PANEL_COLS]``. The tile's k
-loop then reads each operand as one sequential stream. An A whose rows already lie in memory
-along k is read in place (its PANEL_ROWS rows are as many sequential streams); a computed A
+``[m / rows, k, rows]``, B as ``[n / cols, k, cols]``. The tile's k loop then reads each
+operand as one sequential stream. An A whose rows already lie in memory along k is read in
+place (its rows are as many sequential streams); a computed A
 (a ReLU's gradient) is stored once first rather than recomputed for every tile column. The
 copy is a small kernel of its own (O(mk + kn) against the matmul's O(mnk)): the packed value
 is *pinned* (the kernelizer stores it), and the matmul reads it back through a permute and a
@@ -23,30 +23,58 @@ still fuses into the matmul.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from . import graph as g
 from .graph import Node
 
-# The register tile of matmul-shaped reduces: output rows x columns per loop iteration.
-PANEL_ROWS = 4
-PANEL_COLS = 16
+
+class MatmulTile(NamedTuple):
+    """The register tile of matmul-shaped reduces: output rows x columns per loop iteration.
+
+    Its accumulators (rows x cols / lanes vectors) must hide the FMA latency without spilling:
+    4 x 16 is 8 AVX2 registers of 16; with 512-bit vectors 4 x 16 is only 4 (half the FMA rate)
+    and 8 x 32 is 16 of 32 (runtime/cpu.py chooses it there: 1024^3 matmul 205 -> 336 GFLOP/s
+    on 2 Xeon cores). Outputs that the tile does not divide fall back to 16 columns, 4 rows."""
+
+    rows: int = 4
+    cols: int = 16
+
+    def columns(self, n: int) -> int:
+        """The tile columns for ``n`` output columns (0: untiled)."""
+        return next((c for c in (self.cols, 16) if n % c == 0), 0)
+
+    def panel_rows(self, m: int) -> int:
+        """The rows of A's panels (and of the tile) for ``m`` output rows (0: A not packed)."""
+        return next((r for r in (self.rows, 4) if m % r == 0), 0)
+
+    def tile_rows(self, m: int) -> int:
+        """The tile rows for ``m`` output rows (two where four do not divide: a weight
+        gradient of 10 outputs; each loaded column vector then feeds two accumulators)."""
+        return self.panel_rows(m) or (2 if m % 2 == 0 else 1)
+
+
+DEFAULT_TILE = MatmulTile()
 # An operand is packed when every element is read by at least this many tiles (its reuse)...
 PACK_MIN_REUSE = 16
 # ...and the reduced axis is at least this long (shorter rows fit in a few cache lines).
 PACK_MIN_K = 32
 
 
-def pack_matmul_operands(roots: list[Node]) -> tuple[list[Node], frozenset[int]]:
-    """The graph with the operands of large matmul-shaped reduces read from panels, and the
-    ids of the packed values (the kernelizer stores each; they live as long as the roots)."""
+def pack_matmul_operands(roots: list[Node], tile: MatmulTile = DEFAULT_TILE
+                         ) -> tuple[list[Node], frozenset[int]]:
+    """The graph with the operands of large matmul-shaped reduces read from panels for the
+    device's ``tile``, and the ids of the packed values (the kernelizer stores each; they live
+    as long as the roots)."""
     pinned: set[int] = set()
 
     def pack(node: Node) -> Node:
-        return _packed_reduce(node, pinned) if node.op == "REDUCE" else node
+        return _packed_reduce(node, pinned, tile) if node.op == "REDUCE" else node
 
     return g.rewrite_bottom_up(roots, pack), frozenset(pinned)
 
 
-def _packed_reduce(node: Node, pinned: set[int]) -> Node:
+def _packed_reduce(node: Node, pinned: set[int], tile: MatmulTile) -> Node:
     rop, axes = node.arg
     src = node.srcs[0]
     nd = len(src.shape)
@@ -54,7 +82,8 @@ def _packed_reduce(node: Node, pinned: set[int]) -> Node:
         return node
     m, n, k = src.shape[-3:]
     # Lowering tiles only outputs whose last axis splits into whole tile columns.
-    if n % PANEL_COLS or k < PACK_MIN_K:
+    cols, rows = tile.columns(n), tile.panel_rows(m)
+    if not cols or k < PACK_MIN_K:
         return node
     operands = list(src.srcs)
     changed = False
@@ -63,20 +92,19 @@ def _packed_reduce(node: Node, pinned: set[int]) -> Node:
         if parts is None:
             continue
         casts, y = parts
-        if y.shape[-2] == 1 and y.shape[-3] == m and m % PANEL_ROWS == 0 \
-                and n // PANEL_COLS >= PACK_MIN_REUSE:
+        if y.shape[-2] == 1 and y.shape[-3] == m and rows and n // cols >= PACK_MIN_REUSE:
             # A, broadcast along n. A computed value is stored first (once, not once per
             # tile column; its other readers, a transposed copy for a weight gradient, read
             # it too). Then it is read in place when its rows lie in memory as they are: the
-            # tile's PANEL_ROWS rows are as many sequential streams.
+            # tile's rows are as many sequential streams.
             base = _view_base(y)
             if base.op in g.ELEMENTWISE:
                 pinned.add(id(base))
             if _stride(y, nd - 1, pinned) == 1:
                 continue
-            y = _panels(y, nd - 3, PANEL_ROWS, pinned)
-        elif y.shape[-3] == 1 and y.shape[-2] == n and m // PANEL_ROWS >= PACK_MIN_REUSE:
-            y = _panels(y, nd - 2, PANEL_COLS, pinned)  # B, broadcast along m
+            y = _panels(y, nd - 3, rows, pinned)
+        elif y.shape[-3] == 1 and y.shape[-2] == n and m // (rows or 4) >= PACK_MIN_REUSE:
+            y = _panels(y, nd - 2, cols, pinned)  # B, broadcast along m
         else:
             continue
         value = g.expand(y, src.shape)

@@ -21,6 +21,7 @@ import llvmlite.binding as llvm
 
 from ..codegen.llvm import PREFETCH_ATTRIBUTE, STREAM_ATTRIBUTE, STREAM_STORE_BYTES
 from ..config import CONFIG, DEBUG_COMPILE
+from ..lazy.panels import DEFAULT_TILE, MatmulTile
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
 from . import CompileError
@@ -200,8 +201,11 @@ class CPUDevice:
         self.pool = HostPool()
         self._cache_dir = CONFIG.cache_dir / "llvm"
         self._lock = threading.Lock()
+        vector_bits = CONFIG.vector_bits or self._preferred_vector_bits()
         self.render_options = {"stream_store_bytes": max(STREAM_STORE_BYTES, _last_level_cache_bytes() // 4),
-                               "vector_bits": CONFIG.vector_bits or self._preferred_vector_bits()}
+                               "vector_bits": vector_bits}
+        # 512-bit vectors come with 32 registers: a tile of 16 accumulators (lazy/panels.py).
+        self.matmul_tile = MatmulTile(8, 32) if vector_bits == 512 else DEFAULT_TILE
 
     @staticmethod
     def _preferred_vector_bits() -> int:
