@@ -90,9 +90,14 @@ def _fast_binary(name: str, kind, slow, inplace: bool):
         if alpha != 1:
             yn = _binary_node("mul", yn, g.const(alpha, dtype, shape), dtype)
         node = _binary_node(op, yn, xn, plan) if swap else _binary_node(op, xn, yn, plan)
+        return result(node, x, plan is dtype)
+
+    def result(node: Node, x, same_dtype: bool):
+        """``node`` as the op's result: a new tensor, or written into ``x`` (in-place forms).
+        (``pair`` has this inline: a call less on the commonest path.)"""
         if not inplace:
             return wrap_like(node, x)
-        if plan is not dtype:  # (a comparison's bool result written into x: the general path casts)
+        if not same_dtype:  # (a comparison's bool result written into x: the general path casts)
             raise NotImplementedError
         return assign_whole(x, node)
 
