@@ -58,7 +58,7 @@ from torch.testing._internal.common_device_type import (
 )
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 import torch_zyx
 from torch_zyx.config import CONFIG
@@ -135,6 +135,30 @@ def sample_to_zyx(sample):
 def realize_all(value):
     """Bring every zyx tensor in ``value`` to the CPU (forces lazy work, surfaces its errors)."""
     return tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, value)
+
+
+def float32_reference(op, sample, cpu_out):
+    """CPU torch's result for a half/bfloat16 ``sample`` computed in float32 and rounded to the
+    dtypes of ``cpu_out``, or None when the op does not run so. CPU torch's own half results
+    depend on the CPU's kernels: on an AVX-512 Xeon its half conv_transpose2d was 0.067 off
+    the float64 result where zyx's (float32 sums rounded once) was 0.031, and where large terms
+    cancel that exceeds the tolerance. A zyx result that matches neither is wrong."""
+    def up(value):
+        if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+            return value.detach().float()
+        return value
+
+    try:
+        out = op(up(sample.input), *tree_map(up, sample.args), **tree_map(up, sample.kwargs))
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):  # (no float32 form)
+        return None
+    leaves, spec = tree_flatten(out)
+    expected = tree_flatten(cpu_out)[0]
+    if len(leaves) != len(expected):
+        return None
+    rounded = [v.to(e.dtype) if isinstance(v, torch.Tensor) and isinstance(e, torch.Tensor) else v
+               for v, e in zip(leaves, expected)]
+    return tree_unflatten(rounded, spec)
 
 
 def compare(zyx_out, cpu_out, dtype, values=True, what="output"):
@@ -404,7 +428,15 @@ class TestZyxOpInfo(TestCase):
                 if values:
                     torch.manual_seed(0)
                 zyx_out = op(zs.input, *zs.args, **zs.kwargs)
-                compare(zyx_out, cpu_out, dtype, values=values, what=f"sample {i} output")
+                try:
+                    compare(zyx_out, cpu_out, dtype, values=values, what=f"sample {i} output")
+                except AssertionError:
+                    if not values or dtype not in (torch.float16, torch.bfloat16):
+                        raise
+                    reference = float32_reference(op, sample, cpu_out)
+                    if reference is None:
+                        raise
+                    compare(zyx_out, reference, dtype, what=f"sample {i} output (float32 reference)")
         self.run_checked(body)
 
     @ops([op for op in op_db if op.supports_autograd], allowed_dtypes=(torch.float32,))

@@ -313,3 +313,31 @@ def test_chebyshev_huge_degree_uses_closed_form():
     # One ulp of acos(x) (~1e-16) times n = 1e9 moves the phase by ~1e-7: a device whose acos
     # rounds differently by an ulp (OpenCL) differs that much; 1e-6 is the problem's conditioning.
     close(torch.special.chebyshev_polynomial_t, x, torch.full_like(x, 1e9), tol=1e-6)
+
+
+@torch.library.custom_op("zyx_test::shifted_softplus", mutates_args=())
+def _shifted_softplus(x: torch.Tensor, shift: float) -> torch.Tensor:
+    # One kernel for every device, written with torch ops (as torch 2.13's chunked
+    # linear_cross_entropy is): on zyx it runs through zyx's own lowerings.
+    return torch.nn.functional.softplus(x) - shift
+
+
+@_shifted_softplus.register_fake
+def _(x, shift):
+    return torch.empty_like(x)
+
+
+_shifted_softplus.register_autograd(
+    lambda ctx, grad: (grad * torch.sigmoid(ctx.saved_tensors[0]), None),
+    setup_context=lambda ctx, inputs, output: ctx.save_for_backward(inputs[0]))
+
+
+def test_custom_op_with_generic_kernel_runs_on_zyx(counters):
+    x = torch.randn(6, 7, requires_grad=True)
+    xz = x.detach().to("zyx").requires_grad_()
+    out = same(lambda t: _shifted_softplus(t, 0.5), x.detach())
+    assert out.device.type == "zyx"
+    _shifted_softplus(x, 0.5).sum().backward()
+    _shifted_softplus(xz, 0.5).sum().backward()
+    torch.testing.assert_close(xz.grad.cpu(), x.grad)
+    assert counters()["cpu_fallbacks"] == 0

@@ -5,7 +5,8 @@ Stage 1 of the flow. ``ZyxTensor.__torch_dispatch__`` lands here. Order of resol
   2. in-place (``op_``) and ``out=`` forms of a lowered functional op: compute, then write
      into the destination's storage region (tensor.write);
   3. the op's own CompositeImplicitAutograd kernel, else a PyTorch decomposition
-     (``torch._decomp``) into ops that are lowered;
+     (``torch._decomp``) into ops that are lowered, else (a custom op outside aten) its
+     device-generic CompositeExplicitAutograd kernel;
   4. CPU fallback: copy inputs to CPU, run there, copy results back — counted, warned once,
      or ``NotImplementedError`` when ``ZYX_CPU_FALLBACK=0``.
 This module also registers the factory kernels that never reach the Python key.
@@ -163,12 +164,29 @@ def _dispatch_unlowered(func, args, kwargs):
         result = decomposition(*args, **kwargs)
         if result is not NotImplemented:
             return result
+    if _has_generic_kernel(func):
+        # A custom op whose one kernel is written with torch ops for every device
+        # (``torch.library.custom_op`` without device types, such as torch 2.13's chunked
+        # linear_cross_entropy): it runs on zyx tensors, its torch ops dispatched back here.
+        return func.redispatch(_PRIVATEUSE1, *args, **kwargs)
     return cpu_fallback(func, args, kwargs)
+
+
+_PRIVATEUSE1 = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
 
 
 @functools.cache
 def _has_composite(func) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+
+
+@functools.cache
+def _has_generic_kernel(func) -> bool:
+    """Whether ``func`` is a custom op (not aten's or prims': their device-generic kernels are
+    C++ that may read device memory) with a CompositeExplicitAutograd kernel."""
+    if func.namespace in ("aten", "prims"):
+        return False
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd")
 
 
 def cpu_fallback(func, args, kwargs):
