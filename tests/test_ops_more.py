@@ -341,3 +341,11 @@ def test_custom_op_with_generic_kernel_runs_on_zyx(counters):
     _shifted_softplus(xz, 0.5).sum().backward()
     torch.testing.assert_close(xz.grad.cpu(), x.grad)
     assert counters()["cpu_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("size", [0, 2, 5, 9])
+def test_nonzero_static_pads_or_cuts_without_realizing(counters, size):
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0], [0.0, 0.0, 3.0]])
+    out = torch.nonzero_static(x.to("zyx") * 2, size=size, fill_value=-7)
+    assert counters()["realizations"] == 0  # a static shape: nothing read back
+    torch.testing.assert_close(out.cpu(), torch.nonzero_static(x * 2, size=size, fill_value=-7))

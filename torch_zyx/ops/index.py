@@ -7,6 +7,8 @@ is O(len(idx) * len(dim)) arithmetic, no host round trip).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import dtypes
@@ -458,14 +460,43 @@ def nonzero(x):
     count, flat = true_positions(node, x._storage.device)
     if count == 0 or x.dim() == 0:
         return wrap(g.const(0, dtypes.int64, (count, x.dim())), x._storage.device)
+    return wrap(_coordinates(flat, tuple(x.shape)), x._storage.device)
+
+
+@register(aten.nonzero_static.default)
+def nonzero_static(x, *, size, fill_value=-1):
+    """``nonzero`` cut or padded with ``fill_value`` to ``size`` rows: a static shape, so
+    nothing is realized. Row r is the position whose inclusive count of true entries is r + 1."""
+    device = x._storage.device
     n = x.numel()
+    if x.dim() == 0 or size == 0 or n == 0:
+        return wrap(g.const(fill_value if x.dim() else 0, dtypes.int64, (size, x.dim())), device)
+    flag = g.reshape(g.cast(read(x), dtypes.bool_), (n,))
+    wide = (size, n)
+    rows = g.expand(g.reshape(g.binary("add", g.iota((size,)), g.const(1, dtypes.int64, (size,))),
+                              (size, 1)), wide)
+    hit = g.binary("and", g.binary("eq", g.expand(g.reshape(inclusive_count(flag), (1, n)), wide), rows),
+                   g.expand(g.reshape(flag, (1, n)), wide))
+    zero = g.const(0, dtypes.int64, wide)
+    flat = g.reduce("sum", g.where(hit, g.expand(g.reshape(g.iota((n,)), (1, n)), wide), zero), (1,))
+    found = g.reduce("sum", g.cast(hit, dtypes.int64), (1,))  # 1 where row r exists, else 0
+    out_shape = (size, x.dim())
+    found = g.expand(g.reshape(g.binary("ne", found, g.const(0, dtypes.int64, (size, 1))), (size, 1)),
+                     out_shape)
+    coords = _coordinates(g.reshape(flat, (size,)), tuple(x.shape))
+    return wrap(g.where(found, coords, g.const(fill_value, dtypes.int64, out_shape)), device)
+
+
+def _coordinates(flat: Node, shape: tuple[int, ...]) -> Node:
+    """(rows, len(shape)) coordinates of the flat positions ``flat`` (rows,) in ``shape``."""
+    rows = flat.shape[0]
     coords = []
-    stride = n
-    for size in x.shape:
+    stride = math.prod(shape)
+    for size in shape:
         stride //= max(size, 1)
-        c_ = g.binary("idiv", flat, g.const(max(stride, 1), dtypes.int64, (count,)))
-        coords.append(g.reshape(g.binary("mod", c_, g.const(size, dtypes.int64, (count,))), (count, 1)))
+        c_ = g.binary("idiv", flat, g.const(max(stride, 1), dtypes.int64, (rows,)))
+        coords.append(g.reshape(g.binary("mod", c_, g.const(size, dtypes.int64, (rows,))), (rows, 1)))
     out = coords[0]
     for i, c_ in enumerate(coords[1:], start=1):
         out = g.binary("add", g.pad(out, ((0, 0), (0, 1))), g.pad(c_, ((0, 0), (i, 0))))
-    return wrap(out, x._storage.device)
+    return out
