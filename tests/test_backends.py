@@ -100,6 +100,21 @@ def test_matmul(dev, shape):
     assert_close(a.to(dev) @ b.to(dev), a @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int8])
+def test_transposing_copies(dev, dtype):
+    # Copies whose innermost loop reads a new source line every step are blocked on the CPU
+    # (lower_loops.transpose_tile): whole lines, any extent, any element size.
+    if dtype == torch.float64 and not _supports(dev, "float64"):
+        pytest.skip("the OpenCL device has no cl_khr_fp64")
+    for shape, perm in [((300, 64), (1, 0)), ((40, 36), (1, 0)), ((8, 96, 20), (2, 0, 1)),
+                        ((6, 16, 33), (0, 2, 1)), ((5, 7), (1, 0))]:
+        x = (torch.randn(*shape) * 50).to(dtype)
+        assert_close(x.to(dev).permute(perm).contiguous(), x.permute(perm).contiguous())
+    w = torch.randn(512, 784).to(dtype)
+    assert_close(w.to(dev).t().reshape(784 // 16, 16, 512).permute(0, 2, 1).contiguous(),
+                 w.t().reshape(784 // 16, 16, 512).permute(0, 2, 1).contiguous())
+
+
 def test_views_and_inplace(dev):
     x = torch.randn(6, 8)
     xd = x.to(dev)

@@ -139,6 +139,12 @@ class LoopNestLowering:
             n, block = tile
             plan[n] = (n, extents[n] // block, block)
             plan.insert(len(plan) - 1, (n, block, 1))
+        elif self.options.row_loops:  # (CPU loops: a GPU's neighbouring items would read a line apart)
+            tile = self.transpose_tile(shape, nest, loads)
+            if tile is not None:
+                n, block = tile
+                plan[n] = (n, extents[n] // block, block)
+                plan.append((n, block, 1))
         flat: list[Expr] = [sym.Num(0)] * len(nest)
         ranges = []
         for i, (n, extent, step) in enumerate(plan):
@@ -153,6 +159,26 @@ class LoopNestLowering:
         for rng in reversed(ranges):
             self.close_range(rng)
         return plan[0][1]
+
+    def transpose_tile(self, shape: tuple[int, ...], nest: list[list[int]],
+                       loads: list[dict]) -> tuple | None:
+        """(run, block) for a transposing copy: the innermost loop reads a new source cache line
+        every step (a transpose, a weight packed into panels across its rows) while an outer run
+        walks those lines along; ``block`` steps of that run (a line's worth) then become the
+        innermost loop, so each source line is read whole at once and the stores fill ``block``
+        lines in turn. A 256 x 4096 float transpose in a transformer's backward ran at 1.4 GB/s.
+        None: no such run."""
+        itemsize = self.kernel.stores[0].value.dtype.itemsize
+        last = nest[-1][-1]
+        line = _LINE_BYTES // itemsize
+        strided = [st for st in loads if st[last] * itemsize >= _LINE_BYTES]
+        if len(nest) < 2 or not strided or len(strided) != len(loads) or line < 2:
+            return None
+        for n in range(len(nest) - 2, -1, -1):
+            if all(st[nest[n][-1]] == 1 for st in strided):
+                block = math.gcd(line, math.prod(shape[a] for a in nest[n]))
+                return (n, block) if block >= 4 else None
+        return None
 
     def line_tile(self, shape: tuple[int, ...], nest: list[list[int]], loads: list[dict]) -> tuple | None:
         """(run, block) when the innermost loop reads less than a cache line of each source and
