@@ -110,6 +110,9 @@ def test_transposing_copies(dev, dtype):
                         ((6, 16, 33), (0, 2, 1)), ((5, 7), (1, 0))]:
         x = (torch.randn(*shape) * 50).to(dtype)
         assert_close(x.to(dev).permute(perm).contiguous(), x.permute(perm).contiguous())
+    # With a scalar parameter (a load that stays put) and into a slice of a larger result.
+    x = torch.randn(256, 96).to(dtype)
+    assert_close(torch.cat([x.to(dev).t() * 1.7, x.to(dev).t()]), torch.cat([x.t() * 1.7, x.t()]))
     w = torch.randn(512, 784).to(dtype)
     assert_close(w.to(dev).t().reshape(784 // 16, 16, 512).permute(0, 2, 1).contiguous(),
                  w.t().reshape(784 // 16, 16, 512).permute(0, 2, 1).contiguous())

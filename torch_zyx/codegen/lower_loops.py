@@ -171,8 +171,10 @@ class LoopNestLowering:
         itemsize = self.kernel.stores[0].value.dtype.itemsize
         last = nest[-1][-1]
         line = _LINE_BYTES // itemsize
-        strided = [st for st in loads if st[last] * itemsize >= _LINE_BYTES]
-        if len(nest) < 2 or not strided or len(strided) != len(loads) or line < 2:
+        # (loads that stay put in the innermost loop, a scalar parameter, do not count)
+        moving = [st for st in loads if st[last] != 0]
+        strided = [st for st in moving if st[last] * itemsize >= _LINE_BYTES]
+        if len(nest) < 2 or not strided or len(strided) != len(moving) or line < 2:
             return None
         for n in range(len(nest) - 2, -1, -1):
             if all(st[nest[n][-1]] == 1 for st in strided):
