@@ -441,16 +441,23 @@ def true_positions(flag: Node, device) -> tuple[int, Node | None]:
     count = int(wrap(g.reshape(g.reduce("sum", as_int, (0,)), ()), device).item()) if n else 0
     if count == 0:
         return 0, None
-    rank = inclusive_count(flag)
-    # entry k is the j with rank k+1 that is itself true.
-    wide = (count, n)
-    k = g.expand(g.reshape(g.binary("add", g.iota((count,)), g.const(1, dtypes.int64, (count,))), (count, 1)),
+    return count, ranked_positions(flag, count)[0]
+
+
+def ranked_positions(flag: Node, rows: int) -> tuple[Node, Node]:
+    """(positions, found), each (rows,): entry r is the position j of the (r+1)-th true entry
+    of 1-D bool ``flag`` (the j with inclusive count r+1 that is itself true), and whether
+    there is one (position 0 where not)."""
+    n = flag.shape[0]
+    wide = (rows, n)
+    k = g.expand(g.reshape(g.binary("add", g.iota((rows,)), g.const(1, dtypes.int64, (rows,))), (rows, 1)),
                  wide)
-    hit = g.binary("and", g.binary("eq", g.expand(g.reshape(rank, (1, n)), wide), k),
+    hit = g.binary("and", g.binary("eq", g.expand(g.reshape(inclusive_count(flag), (1, n)), wide), k),
                    g.expand(g.reshape(flag, (1, n)), wide))
     pos = g.expand(g.reshape(g.iota((n,)), (1, n)), wide)
-    return count, g.reshape(g.reduce("sum", g.where(hit, pos, g.const(0, dtypes.int64, wide)), (1,)),
-                            (count,))
+    positions = g.reduce("sum", g.where(hit, pos, g.const(0, dtypes.int64, wide)), (1,))
+    found = g.reduce("max", g.cast(hit, dtypes.int64), (1,))
+    return g.reshape(positions, (rows,)), g.reshape(g.cast(found, dtypes.bool_), (rows,))
 
 
 @register(aten.nonzero.default)
@@ -471,19 +478,10 @@ def nonzero_static(x, *, size, fill_value=-1):
     n = x.numel()
     if x.dim() == 0 or size == 0 or n == 0:
         return wrap(g.const(fill_value if x.dim() else 0, dtypes.int64, (size, x.dim())), device)
-    flag = g.reshape(g.cast(read(x), dtypes.bool_), (n,))
-    wide = (size, n)
-    rows = g.expand(g.reshape(g.binary("add", g.iota((size,)), g.const(1, dtypes.int64, (size,))),
-                              (size, 1)), wide)
-    hit = g.binary("and", g.binary("eq", g.expand(g.reshape(inclusive_count(flag), (1, n)), wide), rows),
-                   g.expand(g.reshape(flag, (1, n)), wide))
-    zero = g.const(0, dtypes.int64, wide)
-    flat = g.reduce("sum", g.where(hit, g.expand(g.reshape(g.iota((n,)), (1, n)), wide), zero), (1,))
-    found = g.reduce("sum", g.cast(hit, dtypes.int64), (1,))  # 1 where row r exists, else 0
+    flat, found = ranked_positions(g.reshape(g.cast(read(x), dtypes.bool_), (n,)), size)
     out_shape = (size, x.dim())
-    found = g.expand(g.reshape(g.binary("ne", found, g.const(0, dtypes.int64, (size, 1))), (size, 1)),
-                     out_shape)
-    coords = _coordinates(g.reshape(flat, (size,)), tuple(x.shape))
+    found = g.expand(g.reshape(found, (size, 1)), out_shape)
+    coords = _coordinates(flat, tuple(x.shape))
     return wrap(g.where(found, coords, g.const(fill_value, dtypes.int64, out_shape)), device)
 
 
