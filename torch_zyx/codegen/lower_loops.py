@@ -134,17 +134,16 @@ class LoopNestLowering:
         extents = [math.prod(shape[a] for a in run) for run in nest]
         # (run, loop extent, step of the run's flat index per iteration), outermost first.
         plan = [(n, extent, 1) for n, extent in enumerate(extents)]
-        tile = self.line_tile(shape, nest, loads)
+        # A run split into blocks: the block loop goes just outside the innermost loop
+        # (``line_tile``) or, for a transposing copy on CPU loops, innermost (``transpose_tile``;
+        # a GPU's neighbouring items would then read a line apart).
+        tile, at = self.line_tile(shape, nest, loads), len(plan) - 1
+        if tile is None and self.options.row_loops:
+            tile, at = self.transpose_tile(shape, nest, loads), len(plan)
         if tile is not None:
             n, block = tile
             plan[n] = (n, extents[n] // block, block)
-            plan.insert(len(plan) - 1, (n, block, 1))
-        elif self.options.row_loops:  # (CPU loops: a GPU's neighbouring items would read a line apart)
-            tile = self.transpose_tile(shape, nest, loads)
-            if tile is not None:
-                n, block = tile
-                plan[n] = (n, extents[n] // block, block)
-                plan.append((n, block, 1))
+            plan.insert(at, (n, block, 1))
         flat: list[Expr] = [sym.Num(0)] * len(nest)
         ranges = []
         for i, (n, extent, step) in enumerate(plan):

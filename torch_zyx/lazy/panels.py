@@ -34,7 +34,7 @@ class MatmulTile(NamedTuple):
 
     Its accumulators (rows x cols / lanes vectors) must hide the FMA latency without spilling:
     4 x 16 is 8 AVX2 registers of 16; with 512-bit vectors 4 x 16 is only 4 (half the FMA rate)
-    and 8 x 32 is 16 of 32 (runtime/cpu.py chooses it there: 1024^3 matmul 205 -> 336 GFLOP/s
+    and 8 x 32 is 16 of 32 (runtime/cpu.py chooses it there: 1024^3 matmul 205 -> 333 GFLOP/s
     on 2 Xeon cores). Outputs that the tile does not divide fall back to 16 columns, 4 rows."""
 
     rows: int = 4
