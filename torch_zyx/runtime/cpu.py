@@ -232,8 +232,7 @@ class CPUDevice:
         self._lock = threading.Lock()
 
     def describe(self) -> str:
-        team = "native team" if isinstance(self.team, NativeTeam) else "Python workers"
-        return f"cpu: {llvm.get_host_cpu_name()} ({self.threads} threads, {team}, LLVM)"
+        return f"cpu: {llvm.get_host_cpu_name()} ({self.threads} threads, {self.team.name}, LLVM)"
 
     def _optimize(self, module) -> None:
         pto = llvm.create_pipeline_tuning_options(speed_level=3)

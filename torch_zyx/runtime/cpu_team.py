@@ -144,6 +144,8 @@ class _TeamState(ctypes.Structure):
 class NativeTeam:
     """``helpers`` threads parked in machine code plus the launching thread."""
 
+    name = "native team"
+
     def __init__(self, target_machine, helpers: int):
         module = llvm.parse_assembly(_TEAM_IR.format(idle_cycles=_IDLE_CYCLES, wait_cycles=_WAIT_CYCLES))
         module.verify()
@@ -201,6 +203,8 @@ class OpenMPTeam:
     ops then share one set of threads (a team still spinning after a torch op takes the kernel
     at once, and the two never compete for cores); its launcher spins at the end barrier."""
 
+    name = "OpenMP team"
+
     def __init__(self, parallel):
         self._parallel = parallel
 
@@ -235,6 +239,8 @@ class OpenMPTeam:
 class PythonWorkers:
     """Python kernel threads, started on first use, each running the tasks put in one queue.
     Lighter per launch than an executor (no future per task): a launch puts one task per thread."""
+
+    name = "Python workers"
 
     def __init__(self, count: int):
         self.count = count
