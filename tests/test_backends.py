@@ -174,6 +174,11 @@ def test_large_outputs(dev, monkeypatch):
         assert_close(torch.softmax(soft.to(dev), -1), torch.softmax(soft, -1))
         sources = list(realize.devices()[dev.index].programs)
         assert any(re.search(r'"zyx-prefetch"="\d+:4124:3"', source) for source in sources)
+        # A row read in one pass is left to the hardware prefetcher.
+        once = torch.randn(600, 1033)
+        assert_close(once.to(dev).sum(-1), once.sum(-1), rtol=1e-4, atol=1e-4)
+        newest = list(realize.devices()[dev.index].programs)[-1]
+        assert "fadd" in newest and "zyx-prefetch" not in newest
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8, torch.uint8])
