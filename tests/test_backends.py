@@ -143,6 +143,21 @@ def test_float_dtypes(dev, dtype):
     assert_close(x.to(dev).to(torch.float32), x.to(torch.float32))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_casts_round_in_kernel(dev, dtype):
+    # Every finite half value, the midpoints between neighbours (ties to even), subnormals,
+    # overflow to infinity and random float bit patterns: cast to ``dtype`` and back inside one
+    # kernel (the result is stored as float, so only the cast itself can round).
+    halves = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+    halves = halves[torch.isfinite(halves)].sort().values
+    midpoints = ((halves[1:].double() + halves[:-1].double()) / 2).float()
+    seeded = torch.Generator().manual_seed(0)
+    bits = torch.randint(-2**31, 2**31 - 1, (50000,), dtype=torch.int32, generator=seeded)
+    values = torch.cat([halves, midpoints, bits.view(torch.float32), torch.tensor([65519.0, 65520.0, 1e-8])])
+    got = values.to(dev).to(dtype).float() * 2
+    assert_close(got, values.to(dtype).float() * 2, rtol=0, atol=0, equal_nan=True)
+
+
 def test_large_outputs(dev, monkeypatch):
     # Over a few MB the CPU kernels store past the caches (non-temporal vector stores, then a
     # fence before the chunk reports done): odd sizes leave a scalar tail after the vector loop.

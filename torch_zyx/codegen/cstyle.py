@@ -85,6 +85,10 @@ class Language:
     load_format: dict[str, str] = field(default_factory=dict)  # per dtype: {buf}, {idx}
     store_format: dict[str, str] = field(default_factory=dict)  # per dtype: {buf}, {idx}, {value}
     dtype_prelude: dict[str, str] = field(default_factory=dict)  # per dtype used: pragmas / helpers
+    # Per dtype computed in a wider register type (half and bfloat16 in float): a cast to it
+    # rounds the register value ({x}) to the dtype's precision, as the LLVM renderer's
+    # fptrunc/fpext do, so a fused ``x.to(torch.bfloat16) * 2`` rounds where CPU torch does.
+    round_format: dict[str, str] = field(default_factory=dict)
     math_builtins: dict[str, str] = field(default_factory=lambda: dict(MATH_BUILTINS))
     float_suffix: dict[str, str] = field(default_factory=lambda: {"float": "f", "double": ""})
     infinity: str = "INFINITY"
@@ -187,9 +191,12 @@ class CStyleRenderer:
         st, dt = self.rtype(src), self.rtype(dst)
         if dst.kind == "b":
             return f"({x} != 0)"
-        if st == dt:
-            return x
-        return f"(({dt}){x})"
+        value = x if st == dt else f"(({dt}){x})"
+        rounding = self.lang.round_format.get(dst.name)
+        if rounding is not None and src is not dst:
+            # (from float64: through float first, which can round a tie twice)
+            return rounding.format(x=value)
+        return value
 
     def alu(self, op: str, dtype: DType, args: list[str], src_dtype: DType) -> str:
         t = self.rtype(src_dtype)

@@ -26,6 +26,20 @@ inline ushort zyx_f2bf(float f) {
   return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 #endif"""
+# float → float16 → float in registers, round to nearest even (no half arithmetic, which needs
+# cl_khr_fp16): half keeps 11 significant bits down to 2^-14 and a fixed quantum of 2^-24
+# below it; from 65520 up a value rounds to infinity.
+_HALF_HELPER = """#ifndef ZYX_ROUND_HALF
+#define ZYX_ROUND_HALF
+inline float zyx_round_half(float f) {
+  if (isnan(f)) return f;
+  if (fabs(f) >= 65520.0f) return copysign(INFINITY, f);
+  int e;
+  frexp(f, &e);
+  float scale = ldexp(1.0f, 11 - max(e, -13));
+  return rint(f * scale) / scale;
+}
+#endif"""
 
 OPENCL = Language(
     name="opencl",
@@ -41,7 +55,9 @@ OPENCL = Language(
                  "bool": "({buf}[{idx}] != 0)"},
     store_format={"float16": "vstore_half_rte({value}, {idx}, {buf});",
                   "bfloat16": "{buf}[{idx}] = zyx_f2bf({value});", "bool": "{buf}[{idx}] = (uchar){value};"},
-    dtype_prelude={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "bfloat16": _BF16_HELPER},
+    dtype_prelude={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "bfloat16": _BF16_HELPER,
+                   "float16": _HALF_HELPER},
+    round_format={"float16": "zyx_round_half({x})", "bfloat16": "as_float(((uint)zyx_f2bf({x})) << 16)"},
     group_id="((long)get_group_id(0))",
     local_id="((long)get_local_id(0))",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);",
