@@ -77,6 +77,11 @@ class DeviceContext:
         for event in self.events.take_all():
             event.wait()
 
+    def settle(self) -> None:
+        """Join the launches this thread left running (runtime ``settle``): the end of every
+        realization, once its Python bookkeeping ran next to its last kernel."""
+        self.runtime.settle()
+
 
 def lowering_options(runtime) -> LoweringOptions:
     """What lowering may use on this device: grouped reduces need work groups (OpenCL)."""

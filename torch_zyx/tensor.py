@@ -499,14 +499,19 @@ def realize_all(device=None) -> None:
         from .realize import realize  # (the executor is loaded on first use)
 
         _realize[0] = realize
-    for group in by_device.values():
-        buffers = realize([s.value for s in group], group[0].device)
-        for storage, buffer in zip(group, buffers):
-            # (not ``value =``: that would list the storage again)
-            storage._value = g.buffer(buffer, storage.dtype, storage.numel)
-            storage._shaped = None
-    # Unlisted now that they hold buffers (a listed storage would keep its buffer alive).
-    _pending[:] = [s for s in _pending if _is_lazy(s._shaped or s._value)]
+    try:
+        for group in by_device.values():
+            buffers = realize([s.value for s in group], group[0].device)
+            for storage, buffer in zip(group, buffers):
+                # (not ``value =``: that would list the storage again)
+                storage._value = g.buffer(buffer, storage.dtype, storage.numel)
+                storage._shaped = None
+        # Unlisted now that they hold buffers (a listed storage would keep its buffer alive).
+        _pending[:] = [s for s in _pending if _is_lazy(s._shaped or s._value)]
+    finally:
+        # The bookkeeping above ran while the last kernel may still run (runtime ``settle``).
+        for group in by_device.values():
+            group[0].device.settle()
 
 
 _realize: list = [None]

@@ -234,6 +234,10 @@ class CPUDevice:
     def describe(self) -> str:
         return f"cpu: {llvm.get_host_cpu_name()} ({self.threads} threads, {self.team.name}, LLVM)"
 
+    def settle(self) -> None:
+        """Finish the launch this thread left running (cpu_team.py ``OpenMPTeam``)."""
+        self.team.settle()
+
     def _optimize(self, module) -> None:
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
         pto.loop_vectorization = True

@@ -1,9 +1,10 @@
 """The CPU runtime's thread teams: how one launch's parallel entry runs on several threads.
 
 Every team has ``launch(entry address, entry function, task, threads, wait events, keepalive)
-→ Event`` and ``reset()`` (for a forked child). The device picks one (``ZYX_CPU_TEAM``):
+→ Event``, ``settle()`` (join what the calling thread launched and left running) and
+``reset()`` (for a forked child). The device picks one (``ZYX_CPU_TEAM``):
 
-- ``OpenMPTeam`` (default): the OpenMP runtime CPU torch loaded, one ``GOMP_parallel`` call per
+- ``OpenMPTeam`` (default): the OpenMP runtime CPU torch loaded, one parallel region per
   launch. zyx's kernels and CPU torch's ops share its threads: after a torch op its team keeps
   spinning for milliseconds, and a second team of zyx's own would fight it for the cores (on a
   16-core host x * 2 on 16 MB took 1.0 ms on the native team next to torch, 0.22 ms on this one).
@@ -15,8 +16,9 @@ Every team has ``launch(entry address, entry function, task, threads, wait event
 - ``PythonWorkers``: Python threads fed through a queue, each making one call into the
   parallel entry; what a forked child uses (no team survives fork) and the last fallback.
 
-The first two run the launch on the calling thread too and return when it is done; Python
-workers return an event at once.
+The OpenMP team returns once the region has started and the calling thread joins it at its
+next wait or settle; the native team runs the launch on the calling thread too and returns
+when it is done; Python workers return an event at once.
 """
 
 from __future__ import annotations
@@ -183,6 +185,9 @@ class NativeTeam:
             thread.start()
         self._started = True
 
+    def settle(self) -> None:
+        """Nothing is left running after a launch returns."""
+
     def launch(self, entry: int, entry_fn, task, threads: int, wait_events: list[Event],
                keepalive) -> Event:
         wait_all(wait_events)
@@ -197,16 +202,49 @@ class NativeTeam:
 _OPENMP_LIBRARY = re.compile(r"/lib(gomp|omp|iomp5)[-.\w]*\.so[.\d]*$")
 
 
+class _Region(Event):
+    """A parallel region the team's threads are already running (``GOMP_parallel_start``); the
+    launching thread joins it when it first waits on it or settles the team: it runs the
+    parallel entry itself, taking whatever chunks are left, and ends the region. Another
+    thread waits for that (OpenMP lets only the launcher end a region)."""
+
+    __slots__ = ("_entry_fn", "_owner", "_task", "_team")
+
+    def __init__(self, team: OpenMPTeam, entry_fn, task, keepalive):
+        super().__init__(keepalive=(keepalive, task))
+        self._team, self._entry_fn, self._task = team, entry_fn, task
+        self._owner = threading.get_ident()
+
+    def wait(self) -> None:
+        if not self._done and threading.get_ident() == self._owner:
+            self._team.settle()
+        super().wait()
+
+    def join(self) -> None:
+        self._entry_fn(ctypes.addressof(self._task))
+        self._team._end()
+        self.set()
+
+
 class OpenMPTeam:
-    """The team of the OpenMP runtime CPU torch loaded: one ``GOMP_parallel`` call runs the
-    parallel entry on the calling thread and the team's threads. zyx's kernels and CPU torch's
-    ops then share one set of threads (a team still spinning after a torch op takes the kernel
-    at once, and the two never compete for cores); its launcher spins at the end barrier."""
+    """The team of the OpenMP runtime CPU torch loaded: zyx's kernels and CPU torch's ops share
+    one set of threads (a team still spinning after a torch op takes the kernel at once, and
+    the two never compete for cores); its launcher spins at the end barrier.
+
+    A launch starts the region (``GOMP_parallel_start``) and returns: the team's threads take
+    chunks while the launching thread goes on with the Python that follows the launch (the end
+    of a realization: new buffer nodes for the storages, the realized graph freed), then joins
+    in (``settle``, or a wait on the launch's event). On 2 cores a layer norm 1024x4096 hides
+    ~30 us of that Python behind its kernel. One region per thread is open at a time: a launch
+    settles the one before it first. Where the runtime lacks the split entry points, one
+    ``GOMP_parallel`` call runs each launch to its end."""
 
     name = "OpenMP team"
 
-    def __init__(self, parallel):
+    def __init__(self, parallel, start=None, end=None):
         self._parallel = parallel
+        self._start, self._end = start, end
+        self._open: dict[int, _Region] = {}  # launching thread → its open region
 
     @classmethod
     def find(cls) -> OpenMPTeam | None:
@@ -218,12 +256,21 @@ class OpenMPTeam:
             return None
         for path in sorted(paths):
             try:
-                parallel = ctypes.CDLL(path).GOMP_parallel
+                library = ctypes.CDLL(path)
+                parallel = library.GOMP_parallel
             except (OSError, AttributeError):
                 continue
             parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
             parallel.restype = None
-            return cls(parallel)
+            start = getattr(library, "GOMP_parallel_start", None)
+            end = getattr(library, "GOMP_parallel_end", None)
+            if start is None or end is None:
+                return cls(parallel)
+            start.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+            start.restype = None
+            end.argtypes = []
+            end.restype = None
+            return cls(parallel, start, end)
         return None
 
     def reset(self) -> None:
@@ -232,8 +279,19 @@ class OpenMPTeam:
     def launch(self, entry: int, entry_fn, task, threads: int, wait_events: list[Event],
                keepalive) -> Event:
         wait_all(wait_events)
-        self._parallel(entry, ctypes.addressof(task), threads, 0)
-        return completed()
+        self.settle()
+        if self._start is None:
+            self._parallel(entry, ctypes.addressof(task), threads, 0)
+            return completed()
+        self._start(entry, ctypes.addressof(task), threads)
+        region = self._open[threading.get_ident()] = _Region(self, entry_fn, task, keepalive)
+        return region
+
+    def settle(self) -> None:
+        """Join the calling thread's open region, if any."""
+        region = self._open.pop(threading.get_ident(), None)
+        if region is not None:
+            region.join()
 
 
 class PythonWorkers:
@@ -265,6 +323,9 @@ class PythonWorkers:
     def _run(self) -> None:
         while True:
             self.queue.get()()
+
+    def settle(self) -> None:
+        """Launches run on the workers, each to its event; nothing to join."""
 
     def launch(self, entry: int, entry_fn, task, threads: int, wait_events: list[Event],
                keepalive) -> Event:

@@ -128,6 +128,9 @@ class OpenCLDevice:
     def supports(self, dtype_name: str) -> bool:
         return dtype_name != "float64" or self.fp64
 
+    def settle(self) -> None:
+        """Nothing to join: the queue runs launches on its own, each to its event."""
+
     def compile(self, name: str, source: str) -> OpenCLProgram:
         """A program for ``source``, built (with every other pending one) at its first launch."""
         program = OpenCLProgram(self, name, source)
