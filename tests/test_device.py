@@ -265,6 +265,48 @@ def test_cpu_thread_teams(kind, monkeypatch):
         assert_close(rows.to(device).exp().sum(-1), rows.exp().sum(-1), rtol=1e-4, atol=1e-2)
 
 
+def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
+    # A launch on the OpenMP team returns with its region still open (the team's threads take
+    # chunks while Python goes on); a wait on its event from the launching thread joins it, a
+    # wait from another thread blocks until the launcher settles.
+    import threading
+
+    from torch_zyx import realize
+    from torch_zyx.tensor import read
+
+    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
+    if not contexts:
+        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
+    ctx = contexts[0]
+    team = _thread_team("openmp", ctx.runtime)
+    if team._start is None:
+        pytest.skip("the OpenMP runtime has no GOMP_parallel_start")
+    monkeypatch.setattr(ctx.runtime, "team", team)
+    monkeypatch.setattr(ctx.runtime, "threads", 2)
+    device = torch.device("zyx", ctx.index)
+    x = torch.randn(1 << 20)
+    xz = x.to(device)
+    for joined_by_owner in (True, False):
+        (buffer,) = realize.realize([read(xz * 3)], ctx)
+        (event,) = [e for e in ctx.events.take([buffer.id])]
+        assert not event.is_done()  # the region is open until its launcher joins it
+        out = torch.empty(1 << 20)
+        if joined_by_owner:
+            event.wait()
+        else:
+            reader = threading.Thread(target=event.wait)
+            reader.start()
+            reader.join(0.2)
+            assert reader.is_alive() and not event.is_done()
+            ctx.settle()
+            reader.join(10)
+            assert not reader.is_alive()
+        assert event.is_done()
+        ctx.pool.pool_to_host(buffer.raw, out.data_ptr(), buffer.nbytes, [])
+        assert torch.equal(out, x * 3)
+    ctx.settle()  # (nothing left open)
+
+
 @pytest.mark.parametrize("fallback", [True, False])
 def test_meta_tensor_copy_raises(fallback, monkeypatch):
     # A meta tensor has no data: copying one to zyx raises as it does to CPU torch (reading its
