@@ -75,11 +75,14 @@ exit:
 _SERIAL_WORK = 1 << 15
 # The smallest chunk of a parallel launch, in scalar operations (about 10-20 us of work).
 _GRAIN_WORK = 1 << 16
-# A launch takes no more workers than it has pairs of chunks: with one chunk per worker, any
-# worker that starts late (woken late, or sharing its core) holds up the whole launch, and
-# nobody can take its chunk. 16-core host, same-process A/B against one chunk per worker:
-# matmul 256x512x512 0.89 -> 0.66 ms, MLP Adam step 10.4 -> 9.2 ms (layer norm unchanged).
+# On a team of more than _SMALL_TEAM threads a launch takes no more workers than it has pairs
+# of chunks: with one chunk per worker, any worker that starts late (woken late, or sharing its
+# core) holds up the whole launch, and nobody can take its chunk. 16-core host, same-process
+# A/B against one chunk per worker: matmul 256x512x512 0.89 -> 0.66 ms, MLP Adam step 10.4 ->
+# 9.2 ms (layer norm unchanged). Not on 2 cores: there a launch of two chunks (an attention's
+# ``probs @ v``, two column blocks) needs both threads (transformer step 257 -> 271 ms).
 _MIN_CHUNKS_PER_WORKER = 2
+_SMALL_TEAM = 4
 
 
 # An optimized vector store: lanes, element type, alignment.
@@ -159,10 +162,11 @@ class CPUProgram:
         # chunks off a shared atomic counter in machine code until none are left: no trip
         # through the GIL per chunk, and a thread that loses its core on a shared machine
         # leaves the rest of the chunks to the others. About 8 chunks per thread, none under a
-        # grain of work, and at least two per worker.
+        # grain of work, and on large teams at least two per worker.
         grain = max(1, global_size * _GRAIN_WORK // max(work, 1))
         chunk = max(grain, -(-global_size // (8 * threads)))
-        workers = min(threads, -(-global_size // (chunk * _MIN_CHUNKS_PER_WORKER)))
+        per_worker = _MIN_CHUNKS_PER_WORKER if threads > _SMALL_TEAM else 1
+        workers = min(threads, -(-global_size // (chunk * per_worker)))
         task = _Task(ctypes.addressof(pointers), ctypes.addressof(param_array), 0, global_size, chunk)
         return device.team.launch(self.parallel_address, self.parallel, task, workers, wait_events,
                                   (pointers, param_array, buffers))
