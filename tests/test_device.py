@@ -272,6 +272,7 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
     import threading
 
     from torch_zyx import realize
+    from torch_zyx.runtime import cpu
     from torch_zyx.tensor import read
 
     contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
@@ -283,6 +284,7 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
         pytest.skip("the OpenMP runtime has no GOMP_parallel_start")
     monkeypatch.setattr(ctx.runtime, "team", team)
     monkeypatch.setattr(ctx.runtime, "threads", 2)
+    monkeypatch.setattr(cpu, "_DETACH_WORK", 0)  # (x * 3 on 1M floats is below it)
     device = torch.device("zyx", ctx.index)
     x = torch.randn(1 << 20)
     xz = x.to(device)
@@ -305,6 +307,10 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
         ctx.pool.pool_to_host(buffer.raw, out.data_ptr(), buffer.nbytes, [])
         assert torch.equal(out, x * 3)
     ctx.settle()  # (nothing left open)
+    # A launch below the detach threshold runs to its end: nothing is left pending on its output.
+    monkeypatch.setattr(cpu, "_DETACH_WORK", 1 << 62)
+    (buffer,) = realize.realize([read(xz * 5)], ctx)
+    assert all(e.is_done() for e in ctx.events.take([buffer.id]))
 
 
 @pytest.mark.parametrize("fallback", [True, False])
