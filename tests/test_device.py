@@ -290,7 +290,7 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
     xz = x.to(device)
     for joined_by_owner in (True, False):
         (buffer,) = realize.realize([read(xz * 3)], ctx)
-        (event,) = [e for e in ctx.events.take([buffer.id])]
+        (event,) = ctx.events.take([buffer.id])
         assert not event.is_done()  # the region is open until its launcher joins it
         out = torch.empty(1 << 20)
         if joined_by_owner:
