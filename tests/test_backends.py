@@ -84,7 +84,13 @@ def test_max_propagates_nan(dev):
 
 def test_softmax(dev):
     x = torch.randn(16, 1000)
-    assert_close(torch.softmax(x.to(dev), -1), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    xd = x.to(dev)
+    programs = realize.devices()[dev.index].programs
+    before = len(programs)
+    assert_close(torch.softmax(xd, -1), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    if dev.type == "zyx" and realize.devices()[dev.index].runtime.name == "cpu":
+        # Its sum needs its maximum first: no row statistics in one pass to pipeline.
+        assert not any("%end, -1" in source for source in list(programs)[before:])
     assert_close(torch.log_softmax(x.to(dev), 0), torch.log_softmax(x, 0), rtol=1e-4, atol=1e-5)
 
 
@@ -92,6 +98,30 @@ def test_layer_norm(dev):
     x, w, b = torch.randn(8, 10, 64), torch.randn(64), torch.randn(64)
     got = torch.nn.functional.layer_norm(x.to(dev), (64,), w.to(dev), b.to(dev))
     assert_close(got, torch.nn.functional.layer_norm(x, (64,), w, b), rtol=1e-4, atol=1e-4)
+
+
+# Row kernels whose statistics take one pass over the row: on the CPU the loop storing row r
+# also accumulates row r + 1's statistics, each chunk of rows computing its first row's before
+# and storing its last row after. Chunks of one row (16 x 25000), many chunks (600 rows), two
+# rows, rows over two axes, statistics over two axes, size-1 axes inside the row.
+@pytest.mark.parametrize("shape, dims", [((600, 1029), 1), ((16, 25000), 1), ((2, 4096), 1),
+                                         ((3, 5, 64), 1), ((4, 6, 40), 2), ((7, 1, 33), 2)])
+def test_one_pass_row_kernels(dev, shape, dims):
+    x, w, b = torch.randn(*shape) * 3 + 1, torch.randn(*shape[-dims:]), torch.randn(*shape[-dims:])
+    xd = x.to(dev)
+    axes = tuple(range(-dims, 0))
+    got = torch.nn.functional.layer_norm(xd, shape[-dims:], w.to(dev), b.to(dev))
+    assert_close(got, torch.nn.functional.layer_norm(x, shape[-dims:], w, b), rtol=1e-4, atol=1e-4)
+    if dev.type == "zyx" and realize.devices()[dev.index].runtime.name == "cpu":
+        newest = list(realize.devices()[dev.index].programs)[-1]
+        assert re.search(r"add nsw i64 %end, -1", newest), "layer norm's row loop is not pipelined"
+    rms = xd * torch.rsqrt((xd * xd).mean(axes, keepdim=True) + 1e-6)
+    assert_close(rms, x * torch.rsqrt((x * x).mean(axes, keepdim=True) + 1e-6), rtol=1e-4, atol=1e-5)
+    assert_close(xd / xd.abs().sum(axes, keepdim=True), x / x.abs().sum(axes, keepdim=True),
+                 rtol=1e-4, atol=1e-6)
+    assert_close(xd - xd.mean(axes, keepdim=True), x - x.mean(axes, keepdim=True), rtol=1e-4, atol=1e-4)
+    half = torch.nn.functional.layer_norm(xd.half(), shape[-dims:])
+    assert_close(half, torch.nn.functional.layer_norm(x.half(), shape[-dims:]), rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.parametrize("shape", [((33, 17), (17, 40)), ((3, 16, 64), (3, 64, 32))])

@@ -86,7 +86,8 @@ class DeviceContext:
 def lowering_options(runtime) -> LoweringOptions:
     """What lowering may use on this device: grouped reduces need work groups (OpenCL)."""
     if runtime.renderer != "opencl":
-        return LoweringOptions(matmul_tile=getattr(runtime, "matmul_tile", DEFAULT_TILE))
+        return LoweringOptions(matmul_tile=getattr(runtime, "matmul_tile", DEFAULT_TILE),
+                               pipeline_rows=runtime.renderer == "llvm")
     # Two float64 partials per item must fit in the group's shared memory.
     fit = max(1, runtime.local_memory // 16)
     group = min(256, runtime.max_group_size, fit)

@@ -7,7 +7,9 @@ Each ``Instr`` is one value (SSA) or effect. Index arithmetic stays symbolic (``
   PARAM    arg=i                          64-bit kernel parameter i
   CONST    arg=value                      constant of ``dtype``
   INDEX    arg=Expr (integer or 0/1 bool) symbolic index, variables are RANGE instrs
-  RANGE    arg=(var, start, end, vectorize)  loop ``var`` from start to end (ints or 'start'/'end');
+  RANGE    arg=(var, start, end, vectorize)  loop ``var`` from start to end (ints or 'start'/'end',
+                                         the chunk of outer iterations a call runs; CPU loops also
+                                         take an Expr of the variables 'start' and 'end' there);
                                          ``vectorize`` False asks the compiler not to vectorize it
   ENDRANGE srcs=(range,)
   LOAD     srcs=(buf, index[, valid])     element load; masked loads give 0 when not valid

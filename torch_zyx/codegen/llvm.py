@@ -147,7 +147,8 @@ class LLVMRenderer:
         self.allocas: list[str] = []
         self.declares: set[str] = set()
         self.values: dict[int, str] = {}
-        self.vars: dict[str, str] = {}
+        # The chunk's bounds are variables too (a pipelined row kernel's first and last rows).
+        self.vars: dict[str, str] = {"start": "%start", "end": "%end"}
         self.expr_scopes: list[dict] = [{}]
         self.counter = 0
         self.block = "entry"
@@ -364,8 +365,8 @@ class LLVMRenderer:
         return out
 
     def passes(self) -> dict[int, int]:
-        """Per buffer slot, how many loops read it: softmax and layer norm read their row in two
-        (softmax: maximum, sum of exponentials; layer norm: statistics, output), ``x * 2`` in one."""
+        """Per buffer slot, how many loops read it: softmax reads its row in two (maximum, sum of
+        exponentials), ``x * 2`` in one."""
         instrs = self.kernel.instrs
         open_loops: list[int] = []
         readers: dict[int, set[int]] = {}
@@ -405,18 +406,27 @@ class LLVMRenderer:
         if self.kernel.n_buffers < 2:
             return []
         instrs = self.kernel.instrs
-        around: list[str] = []  # names of the loop variables open at this point
+        # The loops open at this point, outermost first: the call's chunk of outer iterations
+        # (None), which an index uses through the chunk's loop variable or its bounds (a
+        # pipelined row kernel reads its first and last rows outside that loop), then the
+        # variables of the loops inside it.
+        around: list[str | None] = [None]
+        chunk = {"start", "end"}
         streamed: dict[int, bool] = {}
         for ins in instrs:
             if ins.op == "RANGE":
-                around.append(ins.arg[0])
+                if ins.arg[1] == "start":
+                    chunk.add(ins.arg[0])
+                else:
+                    around.append(ins.arg[0])
             elif ins.op == "ENDRANGE":
-                around.pop()
+                if instrs[ins.srcs[0]].arg[1] != "start":
+                    around.pop()
             elif ins.op == "LOAD" and instrs[ins.srcs[0]].op == "BUF":
                 slot = instrs[ins.srcs[0]].arg
                 index = instrs[ins.srcs[1]]
                 used = _loop_vars(index.arg.key) if index.op == "INDEX" else set()
-                uses = [name in used for name in around]
+                uses = [bool(used & chunk) if name is None else name in used for name in around]
                 # The loops it does not use must all be inside the ones it does.
                 first_unused = uses.index(False) if False in uses else len(uses)
                 once = first_unused > 0 and not any(uses[first_unused:])
@@ -545,8 +555,7 @@ class LLVMRenderer:
 
     def open_loop(self, i: int, ins: Instr) -> None:
         name, start, end, vectorize = ins.arg
-        start = "%start" if start == "start" else str(start)
-        end = "%end" if end == "end" else str(end)
+        start, end = self.bound(start), self.bound(end)
         head, body, latch, exit_ = (f"L{i}_{part}" for part in ("head", "body", "latch", "exit"))
         counter = f"%ctr{i}"
         self.allocas.append(f"  {counter} = alloca i64")
@@ -561,6 +570,12 @@ class LLVMRenderer:
         self.values[i] = var
         self.loops[i] = (head, latch, exit_, counter, vectorize)
         self.expr_scopes.append({})
+
+    def bound(self, value) -> str:
+        """A loop bound: an int, the chunk's 'start' or 'end', or an expression of them."""
+        if isinstance(value, str):
+            return self.vars[value]
+        return self.expr(value) if isinstance(value, sym.Expr) else str(value)
 
     def close_loop(self, rng: int) -> None:
         head, latch, exit_, counter, vectorize = self.loops[rng]

@@ -52,6 +52,10 @@ class LoweringOptions:
     row_loops: bool = True
     # The register tile of matmul-shaped reduces (lazy/panels.py packs operands to match it).
     matmul_tile: MatmulTile = DEFAULT_TILE
+    # Row kernels whose row statistics take one pass (layer norm) compute the next row's
+    # while they store this one (``lower_rows``): CPU loops, whose outer range is a chunk
+    # of rows. Not where each outer iteration is its own work item.
+    pipeline_rows: bool = False
 
 
 def _reduce_init(op: str, dtype) -> object:
@@ -305,9 +309,8 @@ class Lowerer(RowLowering, LoopNestLowering):
         vars_ = [self.new_var(first.srcs[0].shape[axis]) for axis in first.arg[1]]
         accs, src_lanes = [], []
         for node, lanes in members:
-            rop, axes = node.arg
-            accs.append([self.add("ACC", node.dtype, (), _reduce_init(rop, node.dtype), pure=False)
-                         for _ in lanes])
+            axes = node.arg[1]
+            accs.append([self.new_acc(node) for _ in lanes])
             mine = []
             for lane in lanes:
                 dims = list(lane.dims)
@@ -331,20 +334,28 @@ class Lowerer(RowLowering, LoopNestLowering):
             ranges.append(self.open_range(var, 0, var.vmax + 1, vectorize=vectorize))
         before = self.flops
         for (node, lanes), mine, cells in zip(members, src_lanes, accs):
-            rop, axes = node.arg
+            axes = node.arg[1]
             values = self.emit(node.srcs[0], mine)
             stash = self.stash.get(id(node))
             if stash is not None and len(lanes) == 1:
                 self.stash_row(stash, axes, vars_, mine[0], values[0])
             for acc, value in zip(cells, values):
-                current = self.add("ACC_GET", node.dtype, (acc,), pure=False)
-                update = self.add("ALU", node.dtype, (current, value), "r" + rop, pure=False)
-                self.add("ACC_SET", None, (acc, update), pure=False)
+                self.accumulate(node, acc, value)
         self.flops = before + (self.flops - before + n_lanes) * math.prod(var.vmax + 1 for var in vars_)
         for rng in reversed(ranges):
             self.close_range(rng)
         return [[self.add("ACC_GET", node.dtype, (acc,), pure=False) for acc in cells]
                 for (node, _lanes), cells in zip(members, accs)]
+
+    def new_acc(self, node: Node) -> int:
+        """An accumulator cell for the reduce ``node``, holding its initial value."""
+        return self.add("ACC", node.dtype, (), _reduce_init(node.arg[0], node.dtype), pure=False)
+
+    def accumulate(self, node: Node, acc: int, value: int) -> None:
+        """Fold ``value`` into the accumulator ``acc`` of the reduce ``node``."""
+        current = self.add("ACC_GET", node.dtype, (acc,), pure=False)
+        update = self.add("ALU", node.dtype, (current, value), "r" + node.arg[0], pure=False)
+        self.add("ACC_SET", None, (acc, update), pure=False)
 
     def emit_group_reduce(self, node: Node, lane: Index) -> int:
         """The reduce of one output by the whole work group (see the module docstring)."""
@@ -366,15 +377,13 @@ class Lowerer(RowLowering, LoopNestLowering):
         # Reduces inside this one that do not depend on its elements run first, each by the
         # whole group (softmax's max before the sum of exp(x - max)).
         self.hoist(src, src_lane, frozenset((step.name, lid.name)), {})
-        acc = self.add("ACC", dtype, (), _reduce_init(rop, dtype), pure=False)
+        acc = self.new_acc(node)
         rng = self.open_range(step, 0, -(-total // group))
         tail = self.open_if(sym.lt(flat, total)) if total % group else None
         self.reduce_depth += 1
         (value,) = self.emit(src, [src_lane])
         self.reduce_depth -= 1
-        current = self.add("ACC_GET", dtype, (acc,), pure=False)
-        self.add("ACC_SET", None, (acc, self.add("ALU", dtype, (current, value), "r" + rop, pure=False)),
-                 pure=False)
+        self.accumulate(node, acc, value)
         if tail is not None:
             self.close_if(tail)
         self.close_range(rng)

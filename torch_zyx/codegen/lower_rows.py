@@ -5,7 +5,9 @@ The kernelizer fuses a row's reduces with the elementwise work that uses them. L
 the leading output axes every such reduce depends on (``row_split``), emits each reduce once
 per row ahead of the inner loops (``hoist``; sibling reduces over the same range share one
 loop), and on CPUs lets a reduce write a costly value it computes into the row's output for
-the store loop to read back (``row_stash``). Devices with work groups run one group per row.
+the store loop to read back (``row_stash``). Where all of a row's reduces take one pass over
+it (layer norm), CPU loops pipeline the rows instead: the loop that stores a row accumulates
+the next row's reduces (``lower_pipelined_rows``). Devices with work groups run one group per row.
 A mixin of ``lower.Lowerer``.
 """
 
@@ -49,16 +51,13 @@ class RowLowering:
         row (softmax, layer norm) run once per row before the inner loops, each a loop over
         the row of its own, like ATen's row kernels (the row stays in cache between them)."""
         rows = math.prod(shape[:split])
+        inner_vars = [self.new_var(s) if s > 1 else None for s in shape[split:]]
+        if self.options.pipeline_rows and rows >= 2 and 0 not in shape \
+                and self.lower_pipelined_rows(shape, split, inner_vars):
+            return rows
         row = sym.Var("grow", 0, max(rows - 1, 0))
         outer = self.open_range(row, "start", "end")
-        inner_vars = [self.new_var(s) if s > 1 else None for s in shape[split:]]
-        dims = Index(shape[:split], linear=row).dims + tuple(v if v is not None else sym.Num(0)
-                                                            for v in inner_vars)
-        width = math.prod(shape[split:])
-        linear: Expr = sym.mul(row, width)
-        for d, st in zip(dims[split:], g.contiguous_strides(shape[split:])):
-            linear = sym.add(linear, sym.mul(d, st))
-        lane = Index(shape, dims, linear=linear)
+        lane = _row_lane(shape, split, row, inner_vars)
         names = frozenset(v.name for v in inner_vars if v is not None)
         self.stash = self.row_stash(shape, split, lane)
         seen: dict = {}
@@ -77,6 +76,84 @@ class RowLowering:
             self.close_range(rng)
         self.close_range(outer)
         return 0 if 0 in shape else rows
+
+    def row_reduces(self, shape: tuple[int, ...], split: int, row: Expr, inner_vars: list) -> list:
+        """The reduces a row kernel runs once per row, for row ``row``: (reduce, its index)."""
+        lane = _row_lane(shape, split, row, inner_vars)
+        names = frozenset(v.name for v in inner_vars if v is not None)
+        pending: list = []
+        seen: dict = {}
+        for store in self.kernel.stores:
+            self.hoist(store.value, lane, names, seen, pending=pending)
+        return pending
+
+    def lower_pipelined_rows(self, shape: tuple[int, ...], split: int, inner_vars: list) -> bool:
+        """``lower_rows`` for a kernel whose row reduces all take one pass over the row's own
+        elements (layer norm's sum and sum of squares): the loop that stores row r also
+        accumulates row r + 1's reduces, so reading the next row overlaps writing this one
+        instead of each row's read pass and its store pass running one after the other. A
+        chunk of rows [start, end) computes row ``start``'s reduces first and stores its last
+        row alone. 2-core Xeon, layer norm 1024x4096, same-process A/B of the whole call:
+        3-10% faster; 16-core Xeon 1-6%. False (nothing emitted) where it does not apply."""
+        rows = math.prod(shape[:split])
+        axes = tuple(range(split, len(shape)))
+        row = sym.Var("grow", 0, rows - 2)  # the rows whose next row is stored by this chunk too
+        here = self.row_reduces(shape, split, row, inner_vars)
+        if not here or self.row_stash(shape, split, _row_lane(shape, split, row, inner_vars)):
+            return False
+        for node, _idx in here:
+            src = node.srcs[0]
+            if node.arg[1] != axes or src.shape[split:] != shape[split:] or self.has_reduce(src):
+                return False
+        start = sym.Var("start", 0, rows - 1)
+        last_row = sym.add(sym.Var("end", 1, rows), sym.Num(-1))
+        at = {name: self.row_reduces(shape, split, r, inner_vars)
+              for name, r in (("first", start), ("next", sym.add(row, sym.Num(1))), ("last", last_row))}
+        if any([n for n, _i in found] != [n for n, _i in here] for found in at.values()):
+            return False
+        # This chunk's first row: its reduces in one loop, their results carried into the rows.
+        carried = [self.new_acc(node) for node, _idx in here]
+        self.reduce_depth += 1
+        values = self.emit_loop_reduces([(node, [idx]) for node, idx in at["first"]])
+        self.reduce_depth -= 1
+        for cell, (value,) in zip(carried, values):
+            self.add("ACC_SET", None, (cell, value), pure=False)
+        self.row_flops, self.flops = self.flops, 0
+        outer = self.open_range(row, "start", last_row)
+        self.carry_in(here, carried)
+        fresh = [self.new_acc(node) for node, _idx in here]
+        lane = _row_lane(shape, split, row, inner_vars)
+        ranges = [self.open_range(v, 0, v.vmax + 1) for v in inner_vars if v is not None]
+        self.emit_stores([lane])
+        stores_flops = self.flops
+        for (node, idx), cell in zip(at["next"], fresh):
+            dims = list(idx.dims)
+            for axis, var in zip(axes, inner_vars):
+                dims[axis] = var if var is not None else sym.Num(0)
+            (value,) = self.emit(node.srcs[0], [Index(node.srcs[0].shape, tuple(dims), valid=idx.valid)])
+            self.accumulate(node, cell, value)
+        self.flops = stores_flops  # (the reduces' arithmetic is counted per row already)
+        for rng in reversed(ranges):
+            self.close_range(rng)
+        for cell, (node, _idx), new in zip(carried, here, fresh):
+            value = self.add("ACC_GET", node.dtype, (new,), pure=False)
+            self.add("ACC_SET", None, (cell, value), pure=False)
+        self.close_range(outer)
+        # The chunk's last row, with the reduces the row before it computed.
+        self.carry_in(at["last"], carried)
+        last_vars = [self.new_var(s) if s > 1 else None for s in shape[split:]]
+        ranges = [self.open_range(v, 0, v.vmax + 1) for v in last_vars if v is not None]
+        self.emit_stores([_row_lane(shape, split, last_row, last_vars)])
+        self.flops = stores_flops
+        for rng in reversed(ranges):
+            self.close_range(rng)
+        return True
+
+    def carry_in(self, reduces: list, cells: list[int]) -> None:
+        """Let the reduces (each with its index) read their values from ``cells`` here."""
+        for (node, idx), cell in zip(reduces, cells):
+            value = self.add("ACC_GET", node.dtype, (cell,), pure=False)
+            self.scopes[-1][("node", id(node), idx.key())] = value
 
     def lower_grouped_rows(self, shape: tuple[int, ...], split: int, group: int) -> int:
         """``lower_rows`` for devices with work groups and no row loops (GPUs): one work group
@@ -235,6 +312,17 @@ def _costly(node: Node) -> bool:
             return True
         stack.extend(n.srcs)
     return False
+
+
+def _row_lane(shape: tuple[int, ...], split: int, row: Expr, inner_vars: list) -> Index:
+    """Where a row kernel's lane is: row ``row`` (its axes before ``split``), the inner loop
+    variables (None for an axis of size 1) along the others."""
+    dims = Index(shape[:split], linear=row).dims + tuple(v if v is not None else sym.Num(0)
+                                                        for v in inner_vars)
+    linear: Expr = sym.mul(row, math.prod(shape[split:]))
+    for d, st in zip(dims[split:], g.contiguous_strides(shape[split:])):
+        linear = sym.add(linear, sym.mul(d, st))
+    return Index(shape, dims, linear=linear)
 
 
 def _uses_vars(key: tuple, names: frozenset) -> bool:
