@@ -338,62 +338,16 @@ class LLVMRenderer:
         buffer slot → (bytes ahead of each vector load, ``llvm.prefetch`` locality).
 
         A kernel that streams its stores also streams in what it reads once: non-temporal
-        prefetches a few lines ahead keep those lines out of the L2 and L3 caches. A large
-        row kernel that keeps its rows in cache over several passes, reading back what it
-        stored (softmax: its row twice, then its exponentials), prefetches the next row while
-        it computes this one: the next row's first pass, which would wait on memory, then finds
-        it in cache (softmax 1024x4096 on a 2-core EPYC: 5.35 -> 4.87 ms). Other rows are left
-        to the hardware prefetcher, which follows a sequential read on its own: on a 2-core
-        Xeon VM (2 MB L2 per core) prefetching the next row made ``x.sum(-1)`` and ``x * 1.5``
-        on 1024x4096 ~10% slower, and layer norm (two passes over its row, nothing read back)
-        950 -> 1040 us; softmax, no different there."""
-        if self.kernel.bytes < STREAM_STORE_BYTES:
+        prefetches a few lines ahead keep those lines out of the L2 and L3 caches. Other loads
+        are left to the hardware prefetcher, which follows a sequential read on its own: on a
+        2-core Xeon VM (2 MB L2 per core) prefetching the next row made ``x.sum(-1)`` and
+        ``x * 1.5`` on 1024x4096 ~10% slower, and layer norm 950 -> 1040 us. (Row kernels that
+        keep their rows in cache over several passes, softmax, prefetched the next row until
+        their row loops were pipelined (``lower_pipelined_rows``): they now read the next row
+        while they store this one.)"""
+        if not streams_stores:
             return {}
-        slots = self.streamed_loads()
-        if streams_stores:
-            return {slot: (STREAM_PREFETCH_BYTES, 0) for slot in slots}
-        if not self.reads_back():
-            return {}
-        stored = self.stored_slots()
-        passes = self.passes()
-        out = {}
-        candidates = [slot for slot in slots if slot not in stored and passes.get(slot, 0) > 1]
-        for slot, stride in self.row_strides(candidates).items():
-            distance = stride * self.kernel.buffer_dtypes[slot].itemsize
-            if distance <= ROW_PREFETCH_MAX_BYTES:
-                out[slot] = (distance, 3)
-        return out
-
-    def passes(self) -> dict[int, int]:
-        """Per buffer slot, how many loops read it: softmax reads its row in two (maximum, sum of
-        exponentials), ``x * 2`` in one."""
-        instrs = self.kernel.instrs
-        open_loops: list[int] = []
-        readers: dict[int, set[int]] = {}
-        for i, ins in enumerate(instrs):
-            if ins.op == "RANGE":
-                open_loops.append(i)
-            elif ins.op == "ENDRANGE":
-                open_loops.pop()
-            elif ins.op == "LOAD" and instrs[ins.srcs[0]].op == "BUF" and open_loops:
-                readers.setdefault(instrs[ins.srcs[0]].arg, set()).add(open_loops[-1])
-        return {slot: len(loops) for slot, loops in readers.items()}
-
-    def row_strides(self, slots: list[int]) -> dict[int, int]:
-        """For the ``slots`` of a kernel split over rows, each one's elements per row: the
-        factor of the row variable in every load's index (slots read other ways are left out)."""
-        instrs = self.kernel.instrs
-        rows = [ins.arg[0] for ins in instrs if ins.op == "RANGE" and ins.arg[1] == "start"]
-        if len(rows) != 1:
-            return {}
-        strides: dict[int, int | None] = {}
-        for ins in instrs:
-            if ins.op == "LOAD" and instrs[ins.srcs[0]].op == "BUF" and instrs[ins.srcs[0]].arg in slots:
-                slot = instrs[ins.srcs[0]].arg
-                index = instrs[ins.srcs[1]]
-                stride = _row_factor(index.arg.key, rows[0]) if index.op == "INDEX" else None
-                strides[slot] = stride if strides.get(slot, stride) == stride else None
-        return {slot: stride for slot, stride in strides.items() if stride}
+        return {slot: (STREAM_PREFETCH_BYTES, 0) for slot in self.streamed_loads()}
 
     def streamed_loads(self) -> list[int]:
         """Buffer slots a streaming kernel reads once, element by element: every load of the
@@ -608,28 +562,6 @@ STREAM_ATTRIBUTE = "zyx-stream-stores"
 # for three recorded ops after such a kernel).
 PREFETCH_ATTRIBUTE = "zyx-prefetch"
 STREAM_PREFETCH_BYTES = 512  # 8 cache lines ahead
-# Rows longer than this do not stay in the L2 cache until their next pass: no row prefetch.
-ROW_PREFETCH_MAX_BYTES = 64 << 10
-
-
-def _row_factor(key: tuple, row: str) -> int | None:
-    """The factor of the variable ``row`` in a symbolic index key when the index is a sum with
-    one term ``row * factor`` (or ``row``) and ``row`` appears nowhere else; else None."""
-    terms = key[1:] if key[0] == "+" else (key,)
-    factor = None
-    for term in terms:
-        if term[0] == "v" and term[1] == row:
-            found = 1
-        elif term[0] == "*" and term[1][0] == "v" and term[1][1] == row:
-            found = term[2]
-        else:
-            if row in _loop_vars(term):
-                return None
-            continue
-        if factor is not None:
-            return None
-        factor = found
-    return factor
 
 
 def _loop_vars(key: tuple) -> set[str]:

@@ -52,9 +52,10 @@ class LoweringOptions:
     row_loops: bool = True
     # The register tile of matmul-shaped reduces (lazy/panels.py packs operands to match it).
     matmul_tile: MatmulTile = DEFAULT_TILE
-    # Row kernels whose row statistics take one pass (layer norm) compute the next row's
-    # while they store this one (``lower_rows``): CPU loops, whose outer range is a chunk
-    # of rows. Not where each outer iteration is its own work item.
+    # Row kernels compute the next row's first reduces (those reading only the row: layer
+    # norm's statistics, softmax's maximum) while they store this one (``lower_rows``): CPU
+    # loops, whose outer range is a chunk of rows. Not where each outer iteration is its own
+    # work item.
     pipeline_rows: bool = False
 
 
