@@ -58,23 +58,8 @@ class RowLowering:
             return rows
         row = sym.Var("grow", 0, max(rows - 1, 0))
         outer = self.open_range(row, "start", "end")
-        lane = _row_lane(shape, split, row, inner_vars)
-        names = frozenset(v.name for v in inner_vars if v is not None)
-        self.stash = self.row_stash(shape, split, lane)
-        seen: dict = {}
-        pending: list = []
-        for store in self.kernel.stores:
-            self.hoist(store.value, lane, names, seen, pending=pending)
-        self.emit_sibling_reduces(pending)
-        self.row_flops, self.flops = self.flops, 0
-        ranges = [self.open_range(v, 0, v.vmax + 1) for v in inner_vars if v is not None]
-        for source, slot in self.stashed:
-            buf = self.add("BUF", source.dtype, (), slot)
-            loaded = self.add("LOAD", source.dtype, (buf, self.index(lane.linear)))
-            self.scopes[-1][("node", id(source), lane.key())] = loaded
-        self.emit_stores([lane])
-        for rng in reversed(ranges):
-            self.close_range(rng)
+        pending = self.row_reduces(shape, split, row, inner_vars)
+        self.row_flops, _stores = self.store_row(shape, split, row, inner_vars, pending, None)
         self.close_range(outer)
         return 0 if 0 in shape else rows
 
@@ -154,9 +139,9 @@ class RowLowering:
 
     def store_row(self, shape: tuple[int, ...], split: int, row: Expr, inner_vars: list, reduces: list,
                   also) -> tuple[int, int]:
-        """Row ``row`` of a pipelined row kernel: its ``reduces`` (those not carried in), then
-        the loops storing it, where ``also`` (if given) emits more. Returns the arithmetic per
-        row of the reduces and per element of the stores."""
+        """Row ``row`` of a row kernel: its ``reduces`` (in a pipelined one, those not carried
+        in), then the loops storing it, where ``also`` (if given) emits more. Returns the
+        arithmetic per row of the reduces and per element of the stores."""
         lane = _row_lane(shape, split, row, inner_vars)
         self.stash = self.row_stash(shape, split, lane)
         self.stashed = []
@@ -175,7 +160,7 @@ class RowLowering:
         for rng in reversed(ranges):
             self.close_range(rng)
         self.stash, self.stashed = {}, []
-        self.flops = stores_flops  # (the carried reduces' arithmetic is counted per row)
+        self.flops = stores_flops  # (what ``also`` adds is counted per row by its caller)
         return row_flops, stores_flops
 
     def carry_in(self, reduces: list, cells: list[int]) -> None:
