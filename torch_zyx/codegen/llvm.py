@@ -322,14 +322,10 @@ class LLVMRenderer:
         from the cache; streamed, each row would come back from memory)."""
         return self.kernel.bytes >= self.stream_store_bytes and not self.reads_back()
 
-    def stored_slots(self) -> set[int]:
-        instrs = self.kernel.instrs
-        return {instrs[ins.srcs[0]].arg for ins in instrs if ins.op == "STORE"}
-
     def reads_back(self) -> bool:
         """Whether the kernel loads from a buffer it stores to (softmax's exponentials)."""
         instrs = self.kernel.instrs
-        stored = self.stored_slots()
+        stored = {instrs[ins.srcs[0]].arg for ins in instrs if ins.op == "STORE"}
         return any(ins.op == "LOAD" and instrs[ins.srcs[0]].op == "BUF"
                    and instrs[ins.srcs[0]].arg in stored for ins in instrs)
 
