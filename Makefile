@@ -14,8 +14,8 @@ venv: $(STAMP)
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
-# Re-run only when pyproject.toml changes (or the venv is new).
-$(STAMP): pyproject.toml | $(VPY)
+# Re-run when the install inputs change (the C node table is built by this install) or the venv is new.
+$(STAMP): pyproject.toml setup.py torch_zyx/lazy/_native.c | $(VPY)
 	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q torch==$(TORCH_VERSION)
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)

@@ -158,3 +158,137 @@ def test_long_chain_without_realization_splits_into_kernels(counters):
     x = torch.randn(257)
     launched = _count(lambda t: _long_loop(t, 1500), x)
     assert 2 <= launched <= 40
+
+
+# ----------------------------------------------------------------- the node table and the walk
+# graph.py builds nodes through one of two tables with one surface: the C module (_native.c,
+# built by the install) and its Python reference (nodes_py.py). Both are checked directly.
+
+
+def _tables():
+    from torch_zyx.lazy import nodes_py
+
+    tables = [pytest.param(nodes_py, id="python")]
+    try:
+        from torch_zyx.lazy import _native
+    except ImportError:
+        tables.append(pytest.param(None, id="native", marks=pytest.mark.skip(
+            reason="the C node table is not built here (no C compiler or Python headers)")))
+    else:
+        tables.append(pytest.param(_native, id="native"))
+    return tables
+
+
+def test_native_table_is_built_and_used_where_it_can_be():
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    from torch_zyx.config import CONFIG
+    from torch_zyx.lazy import graph
+
+    headers = Path(sysconfig.get_paths()["include"], "Python.h").exists()
+    if shutil.which("cc") is None or not headers:
+        pytest.skip("no C compiler or Python headers: the install keeps the Python node table")
+    # Installed from a clean clone (make venv), the build must not have failed silently.
+    assert graph.NATIVE == CONFIG.native
+
+
+def _float32():
+    from torch_zyx import dtypes
+
+    return dtypes.float32
+
+
+@pytest.mark.parametrize("table", _tables())
+def test_nodes_are_interned_by_key(table):
+    import math
+
+    f32 = _float32()
+    leaf = table.Node("IOTA", None, (), f32, (3,))
+    assert table.Node("IOTA", None, (), f32, (3,)) is leaf
+    a = table.Node("CONST", 0.0, (), f32, (3,))
+    assert table.Node("CONST", 0.0, (), f32, (3,)) is a
+    assert table.Node("CONST", -0.0, (), f32, (3,)) is not a  # 0.0 == -0.0, keyed apart
+    nan = table.Node("CONST", math.nan, (), f32, (3,))
+    assert table.Node("CONST", float("nan"), (), f32, (3,)) is nan  # nan != nan, keyed alike
+    bounds = table.Node("SHRINK", ((0, 2),), (leaf,), f32, (2,))
+    assert table.intern("SHRINK", ((0, 2),), ((0, 2),), (leaf,), f32, (2,)) is bounds
+    total = table.binary_node("add", leaf, a, f32)
+    assert table.intern("BINARY", "add", "add", (leaf, a), f32, (3,)) is total
+    assert table.binary_node("add", a, leaf, f32) is not total  # sources in order
+    neg = table.unary_node("neg", total)
+    assert (neg.op, neg.arg, neg.srcs, neg.dtype, neg.shape) == ("UNARY", "neg", (total,), f32, (3,))
+    assert table.Node("UNARY", "neg", (total,), f32, (3,)) is neg
+    assert neg._key == ("UNARY", "neg", (total,), f32, (3,)) and neg.numel == 3
+    assert repr(neg) == "<UNARY 'neg' float32 (3,)>"
+    before = table.pending.count
+    table.unary_node("exp", neg)
+    assert table.pending.count == before + 1
+
+
+@pytest.mark.parametrize("table", _tables())
+def test_dead_nodes_leave_the_table(table):
+    import gc
+
+    f32 = _float32()
+    leaf = table.Node("IOTA", None, (), f32, (5,))
+    node = table.unary_node("sin", leaf)
+    first = id(node)
+    del node
+    table.file_unfiled()
+    gc.collect()
+    # Built again after its death: a new node with the key, not the freed one's address.
+    again = table.unary_node("sin", leaf)
+    assert table.unary_node("sin", leaf) is again
+    del again
+    # A chain deeper than the C stack frees without recursing to its end.
+    chain = leaf
+    for _ in range(200_000):
+        chain = table.unary_node("neg", chain)
+    del chain
+    table.file_unfiled()
+    assert table.unary_node("cos", leaf).srcs == (leaf,) and first
+
+
+def _walk_graph(table):
+    """A layer norm's graph on two buffers, a scalar parameter and a random leaf."""
+    f32 = _float32()
+    x = table.Node("BUFFER", "x", (), f32, (8,))
+    w = table.Node("BUFFER", "w", (), f32, (8,))
+    eps = table.Node("CONST", 1e-5, (), f32, (8,))
+    noise = table.Node("RANDOM", (7, 0), (), f32, (8,))
+    mean = table.Node("REDUCE", ("sum", (0,)), (x,), f32, (1,))
+    wide = table.Node("EXPAND", (8,), (mean,), f32, (8,))
+    diff = table.binary_node("sub", x, wide, f32)
+    scaled = table.binary_node("mul", table.binary_node("mul", diff, diff, f32), w, f32)
+    out = table.binary_node("add", table.binary_node("add", scaled, eps, f32), noise, f32)
+    return [out, mean, x]
+
+
+@pytest.mark.parametrize("table", _tables())
+def test_walk_numbers_nodes_breadth_first(table):
+    roots = _walk_graph(table)
+    nodes, items, leaves, root_numbers = table.walk(roots)
+    assert root_numbers == (0, 1, 2)
+    assert nodes[:3] == roots and len(nodes) == len(set(map(id, nodes))) == 11
+    position = {id(node): i for i, node in enumerate(nodes)}
+    for node, item in zip(nodes, items):
+        # Every node's sources are numbered (the key needs no topological order).
+        assert item == (node.op, node._karg, tuple(position[id(s)] for s in node.srcs),
+                        node.dtype, node.shape)
+    assert [nodes[i].op for i in leaves] == ["BUFFER", "RANDOM", "CONST", "BUFFER"]
+    assert leaves == sorted(leaves) and all(not nodes[i].srcs for i in leaves)
+
+
+def test_walks_of_both_tables_give_one_key():
+    """The signature's key is what the schedule cache is keyed by: the C walk and the Python one
+    must give equal keys for one graph (a cache written by one holds for the other)."""
+    tables = [t.values[0] for t in _tables() if not t.marks]
+    if len(tables) < 2:
+        pytest.skip("the C node table is not built here (no C compiler or Python headers)")
+    keys = []
+    for table in tables:
+        nodes, items, leaves, root_numbers = table.walk(_walk_graph(table))
+        keys.append((tuple(items), root_numbers, [nodes[i].arg for i in leaves]))
+    assert keys[0] == keys[1]

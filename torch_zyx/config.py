@@ -60,6 +60,7 @@ class Config:
     disk_cache: bool = True
     cpu_team: str = "openmp"
     vector_bits: int = 0
+    native: bool = True
 
     def debug_on(self, bit: int) -> bool:
         return bool(self.debug & bit)
@@ -75,6 +76,7 @@ def _load() -> Config:
         disk_cache=_env_int("ZYX_DISK_CACHE", 1) != 0,
         cpu_team=os.environ.get("ZYX_CPU_TEAM", "openmp"),
         vector_bits=max(0, _env_int("ZYX_VECTOR_BITS", 0)),
+        native=_env_int("ZYX_NATIVE", 1) != 0,
     )
     file_backends = None
     path = _config_file()

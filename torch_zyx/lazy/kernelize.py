@@ -113,50 +113,23 @@ class GraphSignature:
     topological order, which lets one visit per node number its sources on the spot (a
     sources-first walk visits most nodes twice); it depends only on the structure (roots and
     source order), so the same structure always gets the same key. Every realization pays for
-    this walk, hence the unrolled, attribute-light loop."""
+    this walk: the node table's ``walk`` does it (in C where built), and only the leaves are
+    looked at here."""
 
     # Slots: small graphs (a training step's many realizations) pay mostly for the setup here.
     __slots__ = ("buffers", "key", "order", "random_args", "scalar_dtypes", "scalar_slot",
                  "scalar_values")
 
     def __init__(self, roots: list[Node]):
-        nodes: list[Node] = []
-        pos: dict[Node, int] = {}  # nodes hash by identity
-        for root in roots:
-            if root not in pos:
-                pos[root] = len(nodes)
-                nodes.append(root)
-        get, discover = pos.get, nodes.append
-        items: list[tuple] = []
-        emit = items.append
+        nodes, items, leaves, root_numbers = g.nodes.walk(roots)
         self.buffers: list = []
         self.random_args: list[int] = []
         self.scalar_dtypes: list = []
         self.scalar_values: list[list[float]] = []
         self.scalar_slot: dict[int, tuple[int, int]] = {}
         buffer_pos: dict[int, int] = {}
-        # Appending while iterating is well defined for lists: the loop also walks the nodes
-        # discovered on the way, in discovery order.
-        for node in nodes:
-            srcs = node.srcs
-            if srcs:  # an inner node: its arg is kept as is (only leaves are abstracted)
-                first = srcs[0]
-                p = get(first)
-                if p is None:
-                    p = pos[first] = len(nodes)
-                    discover(first)
-                if len(srcs) == 1:
-                    emit((node.op, node._karg, (p,), node.dtype, node.shape))
-                    continue
-                numbers = [p]
-                for src in srcs[1:]:
-                    p = get(src)
-                    if p is None:
-                        p = pos[src] = len(nodes)
-                        discover(src)
-                    numbers.append(p)
-                emit((node.op, node._karg, tuple(numbers), node.dtype, node.shape))
-                continue
+        for number in leaves:
+            node = nodes[number]
             op = node.op
             if op == "BUFFER":
                 handle = node.arg
@@ -180,10 +153,10 @@ class GraphSignature:
                 values.append(node.arg)
                 arg = ("scalar", group)
             else:
-                arg = node._karg
-            emit((op, arg, (), node.dtype, node.shape))
+                continue  # kept as it is (IOTA, inline constants)
+            items[number] = (op, arg, (), node.dtype, node.shape)
         self.order = nodes
-        self.key = (tuple(items), tuple(map(pos.__getitem__, roots)))
+        self.key = (tuple(items), root_numbers)
 
 
 class Kernelizer:

@@ -1,0 +1,286 @@
+"""The lazy graph's node table in Python: the reference implementation of ``_native.c``.
+
+Stage 2 of the flow (dispatch → **lazy graph** → kernelizer → ...). ``graph.py`` builds its
+nodes through this module's surface, the same as the C module's: ``Node``, ``intern``,
+``binary_node``, ``unary_node``, ``pending``, ``file_unfiled`` and ``walk`` (the signature
+walk). The C module is used when it is built (``pip install`` compiles it) and ``ZYX_NATIVE``
+is not ``0``; this one otherwise, and by the tests that check the two agree.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import weakref
+from typing import Any
+
+from ..dtypes import DType
+
+
+class _KeyedRef(weakref.ref):
+    """A weak reference that remembers its table key (``weakref.KeyedRef`` without its
+    Python-level ``__new__``/``__init__``, which cost more than the rest of interning)."""
+
+    __slots__ = ("key",)
+
+
+# key → weak reference to the node: a plain dict (lookups are the hot path of recording); the
+# reference's callback removes the entry when the node dies. A key is
+# (op, hashable arg, srcs, dtype, shape): sources are held by their node anyway, and nodes hash
+# and compare by identity, so the sources tuple itself is the cheapest exact key.
+_interned: dict[tuple, _KeyedRef] = {}
+
+# Nodes built by ``binary_node`` since the last lookup, held strongly and not yet entered in
+# ``_interned``: recording a chain of ops (each on the previous one's result: see ``_Newest``)
+# looks nothing up, and a weak reference made per node cost ~0.5 us per recorded op on the
+# 2-core box. Every lookup files them first (``_file``), so lookups see every live node; one
+# that nothing else holds any more is dropped then, never needing a reference or a key. (Until
+# that next lookup, a dead one keeps its sources alive: lookups come with nearly every other
+# node built, and a realization makes several.)
+_unfiled: list[Node] = []
+_UNFILED_MAX = 4096
+
+
+class _Newest:
+    """The node ``binary_node`` built last, while it is unfiled (``_unfiled`` holds it anyway). No
+    node can have that node as a source yet (it would have been built after it), so looking up a
+    key with it among the sources cannot hit: recording a chain of ops (each on the previous
+    one's result) skips that lookup. Reset when it is filed, so it never keeps a node alive."""
+
+    __slots__ = ("node",)
+
+    def __init__(self) -> None:
+        self.node = None
+
+
+_newest = _Newest()
+
+
+def _forget(ref: _KeyedRef, table: dict = _interned) -> None:
+    # (the table bound as a default: references can die after the module's globals at exit)
+    key = ref.key
+    ref.key = None  # (the reference may outlive its node: it then holds no key, nor the sources)
+    if table.get(key) is ref:
+        del table[key]
+
+
+_getrefcount = sys.getrefcount
+
+
+def _count_unheld() -> int:
+    # The count ``_file`` sees for a node that only its variable holds, measured the same way
+    # (popped from a list into a variable), not assumed.
+    probe = [object()]
+    node = probe.pop()
+    return _getrefcount(node)
+
+
+_UNHELD = _count_unheld()
+
+
+def file_unfiled() -> None:
+    """File the nodes recorded since the last lookup now (a realization calls it, so the nodes
+    of values that died since are freed there rather than at the next op's lookup)."""
+    if _unfiled:
+        _file()
+
+
+def _file() -> None:
+    """Enter the nodes in ``_unfiled`` that something still holds in ``_interned``."""
+    table = _interned
+    count = len(_unfiled)
+    nodes = _unfiled[:count]
+    del _unfiled[:count]  # (not clear(): a node appended meanwhile, by another thread, stays)
+    _newest.node = None
+    pop = nodes.pop
+    while nodes:
+        # Newest first: a user is built after its sources, so a dead one is freed (here, when
+        # ``node`` is rebound) before its sources are looked at, which then count one less.
+        node = pop()
+        if _getrefcount(node) > _UNHELD:
+            key = (node.op, node._karg, node.srcs, node.dtype, node.shape)
+            ref = _KeyedRef(node, _forget)
+            ref.key = key
+            table[key] = ref
+
+
+class _PendingCounter:
+    """Counts nodes built since the last realization (the 'pending graph size' trigger). One
+    instance, ``pending``: incrementing a class attribute instead cost ~0.13 us per node
+    (writing to a class invalidates its attribute caches)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+pending = _PendingCounter()
+
+
+class Node:
+    """One immutable graph node. Build through the module functions, never directly."""
+
+    # ``_karg``: ``arg`` as keyed (see ``_hashable``); the key itself is built only when needed.
+    __slots__ = ("__weakref__", "_karg", "arg", "dtype", "op", "shape", "srcs")
+
+    op: str
+    arg: Any
+    srcs: tuple[Node, ...]
+    dtype: DType
+    shape: tuple[int, ...]
+
+    def __new__(cls, op: str, arg: Any, srcs: tuple[Node, ...], dtype: DType, shape: tuple[int, ...]):
+        key_arg = _hashable(arg) if arg.__class__ in _UNHASHABLE_AS_IS else arg
+        return intern(op, arg, key_arg, srcs, dtype, shape)
+
+    @property
+    def _key(self) -> tuple:
+        """The node's key in ``_interned``: (op, hashable arg, srcs, dtype, shape)."""
+        return (self.op, self._karg, self.srcs, self.dtype, self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        arg = "" if self.arg is None else f" {self.arg!r}"
+        return f"<{self.op}{arg} {self.dtype} {self.shape}>"
+
+
+def intern(op: str, arg: Any, key_arg: Any, srcs: tuple[Node, ...], dtype: DType,
+           shape: tuple[int, ...]) -> Node:
+    """The node (op, arg, srcs, dtype, shape), built once. ``key_arg`` is ``arg`` as keyed (see
+    ``_hashable``); graph.py's hot constructors pass it directly when ``arg`` holds no floats."""
+    key = (op, key_arg, srcs, dtype, shape)
+    if _unfiled:
+        _file()
+    ref = _lookup(key)
+    if ref is not None:
+        existing = ref()
+        if existing is not None:
+            return existing
+    return _build(key, op, arg, srcs, dtype, shape)
+
+
+def _build(key: tuple, op: str, arg: Any, srcs: tuple[Node, ...], dtype: DType,
+           shape: tuple[int, ...]) -> Node:
+    """Make and intern the node ``key`` (looked up and not found by the caller)."""
+    node = _new_node(Node)
+    node.op = op
+    node.arg = arg
+    node.srcs = srcs
+    node.dtype = dtype
+    node.shape = shape
+    node._karg = key[1]
+    ref = _KeyedRef(node, _forget)
+    ref.key = key
+    _interned[key] = ref
+    pending.count += 1
+    return node
+
+
+def binary_node(op: str, x: Node, y: Node, dtype: DType) -> Node:
+    """``binary(op, x, y)`` for callers that checked what it asserts (``x`` and ``y`` of one
+    shape and dtype, ``dtype`` the result's: bool for comparisons): the recording fast paths."""
+    srcs = (x, y)
+    shape = x.shape
+    newest = _newest.node
+    if newest is not x and newest is not y:  # (else no node has that source yet: see _Newest)
+        if _unfiled:
+            _file()
+        ref = _lookup(("BINARY", op, srcs, dtype, shape))
+        if ref is not None:
+            node = ref()
+            if node is not None:
+                return node
+    # _build, inline (one Python call less per recorded op), but unfiled (see _unfiled)
+    node = _new_node(Node)
+    node.op = "BINARY"
+    node.arg = op
+    node.srcs = srcs
+    node.dtype = dtype
+    node.shape = shape
+    node._karg = op
+    unfiled = _unfiled
+    unfiled.append(node)
+    if len(unfiled) > _UNFILED_MAX:
+        _file()
+    _newest.node = node
+    pending.count += 1
+    return node
+
+
+def unary_node(op: str, x: Node) -> Node:
+    """``unary(op, x)`` for an ``op`` whose result has ``x``'s dtype (all but isnan)."""
+    srcs = (x,)
+    dtype, shape = x.dtype, x.shape
+    key = ("UNARY", op, srcs, dtype, shape)
+    if _unfiled:
+        _file()
+    ref = _lookup(key)
+    if ref is not None:
+        node = ref()
+        if node is not None:
+            return node
+    return _build(key, "UNARY", op, srcs, dtype, shape)
+
+
+# Bound once: interning is the hot path of recording (the table is never replaced).
+_lookup = _interned.get
+_new_node = object.__new__
+_UNHASHABLE_AS_IS = (float, tuple)
+
+
+def _hashable(arg: Any) -> Any:
+    # Buffers hash by identity; Python floats hash by value but 0.0 == -0.0 and nan != nan,
+    # so constants are keyed by their repr and type to keep -0.0 and nan distinct and stable.
+    if isinstance(arg, float):
+        return ("f", repr(arg))
+    if isinstance(arg, tuple):
+        return tuple(_hashable(a) for a in arg)
+    return arg
+
+
+def walk(roots: list[Node]) -> tuple[list[Node], list[tuple], list[int], tuple[int, ...]]:
+    """The signature walk (``kernelize.GraphSignature``): (nodes, items, leaves, root numbers).
+
+    Nodes are numbered in breadth-first discovery order from the roots; ``items[i]`` is node
+    i's (op, keyed arg, source numbers, dtype, shape); ``leaves`` lists the numbers of nodes
+    without sources, whose items the caller rewrites where it abstracts the leaf. Every
+    realization pays for this walk, hence the unrolled, attribute-light loop."""
+    nodes: list[Node] = []
+    pos: dict[Node, int] = {}  # nodes hash by identity
+    for root in roots:
+        if root not in pos:
+            pos[root] = len(nodes)
+            nodes.append(root)
+    get, discover = pos.get, nodes.append
+    items: list[tuple] = []
+    emit = items.append
+    leaves: list[int] = []
+    # Appending while iterating is well defined for lists: the loop also walks the nodes
+    # discovered on the way, in discovery order.
+    for number, node in enumerate(nodes):
+        srcs = node.srcs
+        if not srcs:
+            leaves.append(number)
+            emit((node.op, node._karg, (), node.dtype, node.shape))
+            continue
+        first = srcs[0]
+        p = get(first)
+        if p is None:
+            p = pos[first] = len(nodes)
+            discover(first)
+        if len(srcs) == 1:
+            emit((node.op, node._karg, (p,), node.dtype, node.shape))
+            continue
+        numbers = [p]
+        for src in srcs[1:]:
+            p = get(src)
+            if p is None:
+                p = pos[src] = len(nodes)
+                discover(src)
+            numbers.append(p)
+        emit((node.op, node._karg, tuple(numbers), node.dtype, node.shape))
+    return nodes, items, leaves, tuple(map(pos.__getitem__, roots))
