@@ -38,8 +38,12 @@ ocl: venv
 	@$(VPY) -c "import pyopencl" 2>/dev/null || $(VPY) -m pip install -q pyopencl \
 	  || echo "ocl: pip install pyopencl failed; OpenCL tests will be skipped"
 
+# The CPU pass, the OpenCL pass, and a short pass on the Python node table (ZYX_NATIVE=0: the
+# fallback where the install could not compile torch_zyx/lazy/_native.c) over the tests that
+# lean on the graph most: fusion and the schedule cache, aliasing and mutation, memory.
 test: venv ocl
 	$(VPY) -m pytest -n auto -q tests
+	ZYX_NATIVE=0 $(VPY) -m pytest -n auto -q tests/test_fusion.py tests/test_semantics.py tests/test_memory.py
 	$(MAKE) --no-print-directory test-opencl
 
 # The whole suite again with an OpenCL device (PoCL here) as zyx:0, but for test_backends.py

@@ -266,29 +266,49 @@ def _walk_graph(table):
     return [out, mean, x]
 
 
+def _signature(table, roots):
+    from torch_zyx.lazy.kernelize import INLINE_FLOATS
+
+    return table.signature(roots, INLINE_FLOATS)
+
+
 @pytest.mark.parametrize("table", _tables())
-def test_walk_numbers_nodes_breadth_first(table):
+def test_signature_numbers_nodes_and_abstracts_leaves(table):
     roots = _walk_graph(table)
-    nodes, items, leaves, root_numbers = table.walk(roots)
+    nodes, key, buffers, random_args, scalar_dtypes, scalar_values, scalar_slot = _signature(table, roots)
+    items, root_numbers = key
     assert root_numbers == (0, 1, 2)
     assert nodes[:3] == roots and len(nodes) == len(set(map(id, nodes))) == 11
     position = {id(node): i for i, node in enumerate(nodes)}
     for node, item in zip(nodes, items):
         # Every node's sources are numbered (the key needs no topological order).
-        assert item == (node.op, node._karg, tuple(position[id(s)] for s in node.srcs),
-                        node.dtype, node.shape)
-    assert [nodes[i].op for i in leaves] == ["BUFFER", "RANDOM", "CONST", "BUFFER"]
-    assert leaves == sorted(leaves) and all(not nodes[i].srcs for i in leaves)
+        assert item[0] == node.op and item[3:] == (node.dtype, node.shape)
+        assert item[2] == tuple(position[id(s)] for s in node.srcs)
+        if node.srcs:
+            assert item[1] == node._karg
+    leaves = {node.op: item[1] for node, item in zip(nodes, items) if not node.srcs}
+    # Buffers by first appearance (x is a root, w is found later), each once.
+    assert buffers == ["x", "w"]
+    assert leaves["RANDOM"] == 0 and random_args == [7, 0]
+    assert leaves["CONST"] == ("scalar", 0) and scalar_dtypes == [_float32()]
+    assert scalar_values == [[1e-5]]
+    const = next(n for n in nodes if n.op == "CONST")
+    assert scalar_slot == {id(const): (0, 0)}
+    # Inline constants stay in the key (structural values the code folds).
+    f32 = _float32()
+    one = table.Node("CONST", 1.0, (), f32, (8,))
+    _, key, *_, values, slots = _signature(table, [table.binary_node("mul", roots[2], one, f32)])
+    assert key[0][2] == ("CONST", ("f", "1.0"), (), f32, (8,)) and values == [] and slots == {}
 
 
-def test_walks_of_both_tables_give_one_key():
-    """The signature's key is what the schedule cache is keyed by: the C walk and the Python one
-    must give equal keys for one graph (a cache written by one holds for the other)."""
+def test_both_tables_give_one_signature():
+    """The signature's key is what the schedule cache is keyed by: the C table and the Python
+    one must give equal keys and bindings for one graph."""
     tables = [t.values[0] for t in _tables() if not t.marks]
     if len(tables) < 2:
         pytest.skip("the C node table is not built here (no C compiler or Python headers)")
-    keys = []
+    results = []
     for table in tables:
-        nodes, items, leaves, root_numbers = table.walk(_walk_graph(table))
-        keys.append((tuple(items), root_numbers, [nodes[i].arg for i in leaves]))
-    assert keys[0] == keys[1]
+        _, *parts, slots = _signature(table, _walk_graph(table))
+        results.append((parts, sorted(slots.values())))
+    assert results[0] == results[1]

@@ -10,7 +10,7 @@
  *   intern(op, arg, karg, srcs, dtype, shape)   the same with ``arg`` already keyed
  *   binary_node(op, x, y, dtype), unary_node(op, x)   recording's fast constructors
  *   pending                              nodes built since the last realization (.count)
- *   walk(roots)                          the signature walk (kernelize.GraphSignature)
+ *   signature(roots, inline_floats)      the schedule cache's key (kernelize.GraphSignature)
  *
  * The table maps a node's key (op, keyed arg, srcs, dtype, shape) to the node's address; a
  * node removes its entry when it dies, so the table holds no reference to live nodes and
@@ -21,6 +21,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+#include <math.h>
 
 typedef struct {
     PyObject_HEAD
@@ -328,6 +330,104 @@ py_file_unfiled(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* Leaf abstraction of ``signature``: what is kept of each leaf, and what it binds. */
+typedef struct {
+    PyObject *buffers, *buffer_pos, *random_args, *scalar_dtypes, *scalar_values, *scalar_slot;
+    PyObject *inline_floats;
+} Leaves;
+
+static PyObject *buffer_op, *random_op, *const_op, *scalar_tag, *kind_name, *float_kind;
+
+/* Whether the CONST ``node`` is a run-time scalar parameter: a float dtype and a finite value
+ * outside ``inline_floats`` (nodes_py.is_scalar_param). -1 on error. */
+static int
+is_scalar_param(NodeObject *node, PyObject *inline_floats)
+{
+    PyObject *kind = PyObject_GetAttr(node->dtype, kind_name);
+    if (kind == NULL)
+        return -1;
+    int is_float = PyObject_RichCompareBool(kind, float_kind, Py_EQ);
+    Py_DECREF(kind);
+    if (is_float <= 0)
+        return is_float;
+    int inline_value = PySequence_Contains(inline_floats, node->arg);
+    if (inline_value != 0)
+        return inline_value < 0 ? -1 : 0;
+    double value = PyFloat_AsDouble(node->arg);
+    if (value == -1.0 && PyErr_Occurred())
+        return -1;
+    return isfinite(value) ? 1 : 0;
+}
+
+/* The keyed arg of leaf ``node`` in the signature (a new reference): its position among the
+ * buffers, random parameters or scalar group, recorded in ``leaves``; NULL with no error set
+ * when the leaf is kept as it is. */
+static PyObject *
+abstract_leaf(NodeObject *node, Leaves *leaves)
+{
+    if (PyUnicode_Compare(node->op, buffer_op) == 0) {
+        PyObject *handle_id = PyLong_FromVoidPtr(node->arg); /* buffers by identity */
+        if (handle_id == NULL)
+            return NULL;
+        PyObject *position = PyDict_GetItemWithError(leaves->buffer_pos, handle_id);
+        if (position != NULL) {
+            Py_DECREF(handle_id);
+            Py_INCREF(position);
+            return position;
+        }
+        position = PyErr_Occurred() ? NULL : PyLong_FromSsize_t(PyList_GET_SIZE(leaves->buffers));
+        if (position == NULL || PyDict_SetItem(leaves->buffer_pos, handle_id, position) < 0 ||
+            PyList_Append(leaves->buffers, node->arg) < 0) {
+            Py_DECREF(handle_id);
+            Py_XDECREF(position);
+            return NULL;
+        }
+        Py_DECREF(handle_id);
+        return position;
+    }
+    if (PyUnicode_Compare(node->op, random_op) == 0) {
+        PyObject *position = PyLong_FromSsize_t(PyList_GET_SIZE(leaves->random_args));
+        Py_ssize_t end = PyList_GET_SIZE(leaves->random_args);
+        if (position == NULL || PyList_SetSlice(leaves->random_args, end, end, node->arg) < 0) {
+            Py_XDECREF(position);
+            return NULL;
+        }
+        return position;
+    }
+    if (PyUnicode_Compare(node->op, const_op) != 0)
+        return NULL;
+    int scalar = is_scalar_param(node, leaves->inline_floats);
+    if (scalar <= 0)
+        return NULL;
+    Py_ssize_t n_groups = PyList_GET_SIZE(leaves->scalar_dtypes), group = 0;
+    while (group < n_groups && PyList_GET_ITEM(leaves->scalar_dtypes, group) != node->dtype)
+        group++;
+    if (group == n_groups) {
+        PyObject *values = PyList_New(0);
+        if (values == NULL || PyList_Append(leaves->scalar_dtypes, node->dtype) < 0 ||
+            PyList_Append(leaves->scalar_values, values) < 0) {
+            Py_XDECREF(values);
+            return NULL;
+        }
+        Py_DECREF(values);
+    }
+    PyObject *values = PyList_GET_ITEM(leaves->scalar_values, group);
+    PyObject *node_id = PyLong_FromVoidPtr(node);
+    PyObject *slot = Py_BuildValue("(nn)", group, PyList_GET_SIZE(values));
+    PyObject *keyed = Py_BuildValue("(On)", scalar_tag, group);
+    if (node_id == NULL || slot == NULL || keyed == NULL ||
+        PyDict_SetItem(leaves->scalar_slot, node_id, slot) < 0 ||
+        PyList_Append(values, node->arg) < 0) {
+        Py_XDECREF(node_id);
+        Py_XDECREF(slot);
+        Py_XDECREF(keyed);
+        return NULL;
+    }
+    Py_DECREF(node_id);
+    Py_DECREF(slot);
+    return keyed;
+}
+
 /* The number of ``node`` in the walk, numbering it (and queueing it) when it is new. */
 static PyObject *
 number_of(PyObject *node, PyObject *positions, PyObject *nodes)
@@ -348,78 +448,101 @@ number_of(PyObject *node, PyObject *positions, PyObject *nodes)
     return number;
 }
 
-/* walk(roots) -> (nodes, items, leaves, root_numbers): kernelize.GraphSignature's walk.
- * Nodes are numbered in breadth-first discovery order from the roots; items[i] is node i's
- * (op, keyed arg, source numbers, dtype, shape); leaves lists the numbers of the nodes
- * without sources, whose items the caller rewrites where a leaf is abstracted (buffers,
- * random seeds, scalar parameters). */
+/* The item of node ``i`` of the walk (a new reference), numbering its sources. */
 static PyObject *
-py_walk(PyObject *module, PyObject *roots)
+walk_item(NodeObject *node, PyObject *positions, PyObject *nodes, Leaves *leaves)
 {
-    PyObject *nodes = NULL, *items = NULL, *leaves = NULL, *root_numbers = NULL;
-    PyObject *positions = PyDict_New();
-    PyObject *fast = PySequence_Fast(roots, "walk() takes a sequence of nodes");
-    if (positions == NULL || fast == NULL)
-        goto fail;
+    Py_ssize_t n_srcs = PyTuple_GET_SIZE(node->srcs);
+    PyObject *numbers = PyTuple_New(n_srcs);
+    if (numbers == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < n_srcs; j++) {
+        PyObject *number = number_of(PyTuple_GET_ITEM(node->srcs, j), positions, nodes);
+        if (number == NULL) {
+            Py_DECREF(numbers);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(numbers, j, number);
+    }
+    PyObject *arg = NULL;
+    if (n_srcs == 0) {
+        arg = abstract_leaf(node, leaves);
+        if (arg == NULL && PyErr_Occurred()) {
+            Py_DECREF(numbers);
+            return NULL;
+        }
+    }
+    PyObject *item = PyTuple_Pack(5, node->op, arg != NULL ? arg : node->karg, numbers, node->dtype,
+                                  node->shape);
+    Py_XDECREF(arg);
+    Py_DECREF(numbers);
+    return item;
+}
+
+/* signature(roots, inline_floats) -> (nodes, key, buffers, random_args, scalar_dtypes,
+ * scalar_values, scalar_slot): kernelize.GraphSignature, computed in one walk (nodes_py.py's
+ * ``signature`` says what each part is). */
+static PyObject *
+py_signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "signature(roots, inline_floats)");
+        return NULL;
+    }
+    Leaves leaves = {PyList_New(0), PyDict_New(), PyList_New(0), PyList_New(0), PyList_New(0),
+                     PyDict_New(), args[1]};
+    PyObject *positions = PyDict_New(), *nodes = PyList_New(0), *items = PyList_New(0);
+    PyObject *fast = PySequence_Fast(args[0], "signature() takes a sequence of nodes");
+    PyObject *root_numbers = NULL, *key = NULL, *result = NULL;
+    if (leaves.buffers == NULL || leaves.buffer_pos == NULL || leaves.random_args == NULL ||
+        leaves.scalar_dtypes == NULL || leaves.scalar_values == NULL ||
+        leaves.scalar_slot == NULL || positions == NULL || nodes == NULL || items == NULL ||
+        fast == NULL)
+        goto done;
     Py_ssize_t n_roots = PySequence_Fast_GET_SIZE(fast);
-    nodes = PyList_New(0);
-    items = PyList_New(0);
-    leaves = PyList_New(0);
     root_numbers = PyTuple_New(n_roots);
-    if (nodes == NULL || items == NULL || leaves == NULL || root_numbers == NULL)
-        goto fail;
+    if (root_numbers == NULL)
+        goto done;
     for (Py_ssize_t i = 0; i < n_roots; i++) {
         PyObject *root = PySequence_Fast_GET_ITEM(fast, i);
-        if (!check_node(root))
-            goto fail;
-        PyObject *number = number_of(root, positions, nodes);
+        PyObject *number = check_node(root) ? number_of(root, positions, nodes) : NULL;
         if (number == NULL)
-            goto fail;
+            goto done;
         PyTuple_SET_ITEM(root_numbers, i, number);
     }
     /* The list grows while it is walked: the loop also visits the nodes it discovers. */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
-        NodeObject *node = (NodeObject *)PyList_GET_ITEM(nodes, i);
-        Py_ssize_t n_srcs = PyTuple_GET_SIZE(node->srcs);
-        PyObject *numbers = PyTuple_New(n_srcs);
-        if (numbers == NULL)
-            goto fail;
-        for (Py_ssize_t j = 0; j < n_srcs; j++) {
-            PyObject *number = number_of(PyTuple_GET_ITEM(node->srcs, j), positions, nodes);
-            if (number == NULL) {
-                Py_DECREF(numbers);
-                goto fail;
-            }
-            PyTuple_SET_ITEM(numbers, j, number);
-        }
-        if (n_srcs == 0) {
-            PyObject *number = PyLong_FromSsize_t(i);
-            if (number == NULL || PyList_Append(leaves, number) < 0) {
-                Py_XDECREF(number);
-                Py_DECREF(numbers);
-                goto fail;
-            }
-            Py_DECREF(number);
-        }
-        PyObject *item = PyTuple_Pack(5, node->op, node->karg, numbers, node->dtype, node->shape);
-        Py_DECREF(numbers);
+        PyObject *item = walk_item((NodeObject *)PyList_GET_ITEM(nodes, i), positions, nodes,
+                                   &leaves);
         if (item == NULL || PyList_Append(items, item) < 0) {
             Py_XDECREF(item);
-            goto fail;
+            goto done;
         }
         Py_DECREF(item);
     }
-    Py_DECREF(positions);
-    Py_DECREF(fast);
-    return Py_BuildValue("(NNNN)", nodes, items, leaves, root_numbers);
-fail:
+    PyObject *item_tuple = PyList_AsTuple(items);
+    if (item_tuple == NULL)
+        goto done;
+    key = PyTuple_Pack(2, item_tuple, root_numbers);
+    Py_DECREF(item_tuple);
+    if (key == NULL)
+        goto done;
+    result = PyTuple_Pack(7, nodes, key, leaves.buffers, leaves.random_args, leaves.scalar_dtypes,
+                          leaves.scalar_values, leaves.scalar_slot);
+done:
+    Py_XDECREF(leaves.buffers);
+    Py_XDECREF(leaves.buffer_pos);
+    Py_XDECREF(leaves.random_args);
+    Py_XDECREF(leaves.scalar_dtypes);
+    Py_XDECREF(leaves.scalar_values);
+    Py_XDECREF(leaves.scalar_slot);
     Py_XDECREF(positions);
-    Py_XDECREF(fast);
     Py_XDECREF(nodes);
     Py_XDECREF(items);
-    Py_XDECREF(leaves);
+    Py_XDECREF(fast);
     Py_XDECREF(root_numbers);
-    return NULL;
+    Py_XDECREF(key);
+    return result;
 }
 
 static PyObject *
@@ -436,7 +559,8 @@ static PyMethodDef module_methods[] = {
     {"unary_node", (PyCFunction)(void (*)(void))py_unary_node, METH_FASTCALL,
      "unary_node(op, x): UNARY op keeping x's dtype"},
     {"file_unfiled", py_file_unfiled, METH_NOARGS, "no-op: nodes are filed as they are built"},
-    {"walk", py_walk, METH_O, "walk(roots) -> (nodes, items, leaves, root_numbers)"},
+    {"signature", (PyCFunction)(void (*)(void))py_signature, METH_FASTCALL,
+     "signature(roots, inline_floats): kernelize.GraphSignature's parts"},
     {"table_size", py_table_size, METH_NOARGS, "live interned nodes"},
     {NULL},
 };
@@ -455,9 +579,16 @@ PyInit__native(void)
     float_tag = PyUnicode_InternFromString("f");
     binary_op = PyUnicode_InternFromString("BINARY");
     unary_op = PyUnicode_InternFromString("UNARY");
+    buffer_op = PyUnicode_InternFromString("BUFFER");
+    random_op = PyUnicode_InternFromString("RANDOM");
+    const_op = PyUnicode_InternFromString("CONST");
+    scalar_tag = PyUnicode_InternFromString("scalar");
+    kind_name = PyUnicode_InternFromString("kind");
+    float_kind = PyUnicode_InternFromString("f");
     pending = PyObject_New(PendingObject, &PendingType);
     if (table == NULL || float_tag == NULL || binary_op == NULL || unary_op == NULL ||
-        pending == NULL)
+        buffer_op == NULL || random_op == NULL || const_op == NULL || scalar_tag == NULL ||
+        kind_name == NULL || float_kind == NULL || pending == NULL)
         return NULL;
     pending->count = 0;
     PyObject *module = PyModule_Create(&native_module);

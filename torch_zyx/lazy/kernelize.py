@@ -53,15 +53,8 @@ _ROW_FUSE_SMALL = 1 << 15
 
 
 # Float constants kept in the code (structural values that lowering and LLVM fold): others are
-# scalar parameters, loaded at run time.
-_INLINE_FLOATS = frozenset((0.0, 1.0, -1.0, 2.0, 0.5))
-
-
-def is_scalar_param(node: Node) -> bool:
-    """Whether the ``CONST`` node ``node`` is a run-time scalar (see the module docstring)."""
-    value = node.arg
-    return (node.dtype.kind == "f" and value not in _INLINE_FLOATS
-            and not math.isinf(value) and not math.isnan(value))
+# scalar parameters, loaded at run time (nodes_py.is_scalar_param).
+INLINE_FLOATS = frozenset((0.0, 1.0, -1.0, 2.0, 0.5))
 
 
 @dataclass
@@ -104,8 +97,9 @@ def is_trivial_reshape(node: Node) -> bool:
 
 class GraphSignature:
     """The structure of a graph with buffers, random seeds and scalar parameters abstracted to
-    positions. Scalars are grouped by dtype: ``scalar_dtypes[k]`` and ``scalar_values[k]`` are
-    the dtype and values of group k, ``scalar_slot`` maps a ``CONST`` node to (group, index).
+    positions: the schedule cache's ``key``, and what a realization binds to those positions
+    (``buffers``, ``random_args``, the scalar groups ``scalar_dtypes``/``scalar_values`` and
+    ``scalar_slot``, which maps a ``CONST`` node's id to (group, index)).
 
     Nodes are numbered in breadth-first discovery order from the roots (``order``), and the key
     lists each node's (op, arg, source numbers, dtype, shape) in that order: a complete
@@ -113,50 +107,16 @@ class GraphSignature:
     topological order, which lets one visit per node number its sources on the spot (a
     sources-first walk visits most nodes twice); it depends only on the structure (roots and
     source order), so the same structure always gets the same key. Every realization pays for
-    this walk: the node table's ``walk`` does it (in C where built), and only the leaves are
-    looked at here."""
+    this walk: the node table's ``signature`` does it (in C where built; nodes_py.py is the
+    reference)."""
 
     # Slots: small graphs (a training step's many realizations) pay mostly for the setup here.
     __slots__ = ("buffers", "key", "order", "random_args", "scalar_dtypes", "scalar_slot",
                  "scalar_values")
 
     def __init__(self, roots: list[Node]):
-        nodes, items, leaves, root_numbers = g.nodes.walk(roots)
-        self.buffers: list = []
-        self.random_args: list[int] = []
-        self.scalar_dtypes: list = []
-        self.scalar_values: list[list[float]] = []
-        self.scalar_slot: dict[int, tuple[int, int]] = {}
-        buffer_pos: dict[int, int] = {}
-        for number in leaves:
-            node = nodes[number]
-            op = node.op
-            if op == "BUFFER":
-                handle = node.arg
-                arg = buffer_pos.get(id(handle))
-                if arg is None:
-                    arg = buffer_pos[id(handle)] = len(self.buffers)
-                    self.buffers.append(handle)
-            elif op == "RANDOM":
-                arg = len(self.random_args)
-                self.random_args.extend(node.arg)
-            elif op == "CONST" and is_scalar_param(node):
-                dtype = node.dtype
-                if dtype in self.scalar_dtypes:
-                    group = self.scalar_dtypes.index(dtype)
-                else:
-                    group = len(self.scalar_dtypes)
-                    self.scalar_dtypes.append(dtype)
-                    self.scalar_values.append([])
-                values = self.scalar_values[group]
-                self.scalar_slot[id(node)] = (group, len(values))
-                values.append(node.arg)
-                arg = ("scalar", group)
-            else:
-                continue  # kept as it is (IOTA, inline constants)
-            items[number] = (op, arg, (), node.dtype, node.shape)
-        self.order = nodes
-        self.key = (tuple(items), root_numbers)
+        (self.order, self.key, self.buffers, self.random_args, self.scalar_dtypes,
+         self.scalar_values, self.scalar_slot) = g.nodes.signature(roots, INLINE_FLOATS)
 
 
 class Kernelizer:

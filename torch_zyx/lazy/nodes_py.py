@@ -2,8 +2,8 @@
 
 Stage 2 of the flow (dispatch → **lazy graph** → kernelizer → ...). ``graph.py`` builds its
 nodes through this module's surface, the same as the C module's: ``Node``, ``intern``,
-``binary_node``, ``unary_node``, ``pending``, ``file_unfiled`` and ``walk`` (the signature
-walk). The C module is used when it is built (``pip install`` compiles it) and ``ZYX_NATIVE``
+``binary_node``, ``unary_node``, ``pending``, ``file_unfiled`` and ``signature`` (the
+schedule cache's key). The C module is used when it is built (``pip install`` compiles it) and ``ZYX_NATIVE``
 is not ``0``; this one otherwise, and by the tests that check the two agree.
 """
 
@@ -242,13 +242,26 @@ def _hashable(arg: Any) -> Any:
     return arg
 
 
-def walk(roots: list[Node]) -> tuple[list[Node], list[tuple], list[int], tuple[int, ...]]:
-    """The signature walk (``kernelize.GraphSignature``): (nodes, items, leaves, root numbers).
+def is_scalar_param(node: Node, inline_floats: frozenset) -> bool:
+    """Whether the ``CONST`` node ``node`` is a run-time scalar parameter: a finite float that
+    is not one of ``inline_floats`` (the values kept in the code: kernelize.py's docstring)."""
+    value = node.arg
+    return (node.dtype.kind == "f" and value not in inline_floats
+            and not math.isinf(value) and not math.isnan(value))
 
-    Nodes are numbered in breadth-first discovery order from the roots; ``items[i]`` is node
-    i's (op, keyed arg, source numbers, dtype, shape); ``leaves`` lists the numbers of nodes
-    without sources, whose items the caller rewrites where it abstracts the leaf. Every
-    realization pays for this walk, hence the unrolled, attribute-light loop."""
+
+def signature(roots: list[Node], inline_floats: frozenset) -> tuple:
+    """``kernelize.GraphSignature``'s parts: (nodes, key, buffers, random_args, scalar_dtypes,
+    scalar_values, scalar_slot).
+
+    Nodes are numbered in breadth-first discovery order from the roots (``nodes``); the key
+    lists each node's (op, keyed arg, source numbers, dtype, shape) in that order, then the
+    roots' numbers. Leaves are abstracted to positions: a buffer to its place in ``buffers``
+    (each once), a random leaf to its parameters' place in ``random_args``, and a scalar
+    parameter (``is_scalar_param``) to ("scalar", its dtype's group): ``scalar_values[k]``
+    holds group k's values, of dtype ``scalar_dtypes[k]``, and ``scalar_slot`` maps the id of
+    a CONST node to (group, index). Every realization pays for this walk, hence the unrolled,
+    attribute-light loop."""
     nodes: list[Node] = []
     pos: dict[Node, int] = {}  # nodes hash by identity
     for root in roots:
@@ -258,29 +271,58 @@ def walk(roots: list[Node]) -> tuple[list[Node], list[tuple], list[int], tuple[i
     get, discover = pos.get, nodes.append
     items: list[tuple] = []
     emit = items.append
-    leaves: list[int] = []
+    buffers: list = []
+    buffer_pos: dict[int, int] = {}
+    random_args: list[int] = []
+    scalar_dtypes: list = []
+    scalar_values: list[list[float]] = []
+    scalar_slot: dict[int, tuple[int, int]] = {}
     # Appending while iterating is well defined for lists: the loop also walks the nodes
     # discovered on the way, in discovery order.
-    for number, node in enumerate(nodes):
+    for node in nodes:
         srcs = node.srcs
-        if not srcs:
-            leaves.append(number)
-            emit((node.op, node._karg, (), node.dtype, node.shape))
-            continue
-        first = srcs[0]
-        p = get(first)
-        if p is None:
-            p = pos[first] = len(nodes)
-            discover(first)
-        if len(srcs) == 1:
-            emit((node.op, node._karg, (p,), node.dtype, node.shape))
-            continue
-        numbers = [p]
-        for src in srcs[1:]:
-            p = get(src)
+        if srcs:  # an inner node: its arg is kept as is (only leaves are abstracted)
+            first = srcs[0]
+            p = get(first)
             if p is None:
-                p = pos[src] = len(nodes)
-                discover(src)
-            numbers.append(p)
-        emit((node.op, node._karg, tuple(numbers), node.dtype, node.shape))
-    return nodes, items, leaves, tuple(map(pos.__getitem__, roots))
+                p = pos[first] = len(nodes)
+                discover(first)
+            if len(srcs) == 1:
+                emit((node.op, node._karg, (p,), node.dtype, node.shape))
+                continue
+            numbers = [p]
+            for src in srcs[1:]:
+                p = get(src)
+                if p is None:
+                    p = pos[src] = len(nodes)
+                    discover(src)
+                numbers.append(p)
+            emit((node.op, node._karg, tuple(numbers), node.dtype, node.shape))
+            continue
+        op = node.op
+        if op == "BUFFER":
+            handle = node.arg
+            arg = buffer_pos.get(id(handle))
+            if arg is None:
+                arg = buffer_pos[id(handle)] = len(buffers)
+                buffers.append(handle)
+        elif op == "RANDOM":
+            arg = len(random_args)
+            random_args.extend(node.arg)
+        elif op == "CONST" and is_scalar_param(node, inline_floats):
+            dtype = node.dtype
+            if dtype in scalar_dtypes:
+                group = scalar_dtypes.index(dtype)
+            else:
+                group = len(scalar_dtypes)
+                scalar_dtypes.append(dtype)
+                scalar_values.append([])
+            values = scalar_values[group]
+            scalar_slot[id(node)] = (group, len(values))
+            values.append(node.arg)
+            arg = ("scalar", group)
+        else:
+            arg = node._karg
+        emit((op, arg, (), node.dtype, node.shape))
+    key = (tuple(items), tuple(map(pos.__getitem__, roots)))
+    return nodes, key, buffers, random_args, scalar_dtypes, scalar_values, scalar_slot
