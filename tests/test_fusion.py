@@ -312,3 +312,53 @@ def test_both_tables_give_one_signature():
         _, *parts, slots = _signature(table, _walk_graph(table))
         results.append((parts, sorted(slots.values())))
     assert results[0] == results[1]
+
+
+def _configured(table):
+    """``table`` with graph.py's configuration (graph.py configures the table it uses)."""
+    from torch_zyx.lazy import graph
+
+    if table is not graph.nodes:
+        table.configure(graph.UNARY_OPS, graph.BINARY_OPS, graph.COMPARE_OPS, graph.REDUCE_OPS,
+                        graph.dtypes.bool_, graph.const)
+    return table
+
+
+@pytest.mark.parametrize("table", _tables())
+def test_constructors_check_simplify_and_key(table):
+    from torch_zyx import dtypes
+
+    t = _configured(table)
+    f32, i64, b = dtypes.float32, dtypes.int64, dtypes.bool_
+    x = t.Node("BUFFER", "x", (), f32, (2, 3))
+    k = t.Node("BUFFER", "k", (), i64, (2, 3))
+    two = t.Node("CONST", 2.5, (), f32, (2, 3))
+    assert t.unary("isnan", x).dtype is b and t.unary("exp", x).dtype is f32
+    assert t.binary("lt", x, two).dtype is b and t.binary("add", x, two).srcs == (x, two)
+    with pytest.raises(AssertionError):
+        t.binary("add", x, k)  # dtypes differ
+    with pytest.raises(AssertionError):
+        t.unary("nope", x)
+    assert t.where(t.binary("lt", x, two), x, two).srcs[1:] == (x, two)
+    assert t.cast(x, f32) is x and t.cast(x, i64).op == "CAST"
+    cast_const = t.cast(two, i64)  # a constant converts (graph.const)
+    assert (cast_const.op, cast_const.arg, cast_const.dtype) == ("CONST", 2, i64)
+    total = t.reduce("sum", x, (-1, 1, -1))
+    assert (total.arg, total.shape) == (("sum", (1,)), (2, 1))
+    assert t.reduce("max", x, ()) is x and t.reduce("sum", x, [0, 1]).shape == (1, 1)
+    flat = t.reshape(x, [6])
+    assert flat.shape == (6,) and t.reshape(x, (2, 3)) is x
+    assert t.reshape(flat, (3, 2)).srcs == (x,)  # a reshape of a reshape
+    assert t.reshape(two, (6,)).op == "CONST"
+    with pytest.raises(AssertionError):
+        t.reshape(x, (5,))
+    row = t.reduce("sum", x, (1,))
+    wide = t.expand(row, (2, 3))
+    assert wide.op == "EXPAND" and wide.arg == (2, 3) and t.expand(row, [2, 1]) is row
+    with pytest.raises(AssertionError):
+        t.expand(x, (4, 3))
+    part = t.shrink(x, [(0, 2), (1, 3)])
+    assert (part.arg, part.shape) == (((0, 2), (1, 3)), (2, 2))
+    assert t.shrink(x, ((0, 2), (0, 3))) is x
+    assert t.shrink(two, ((0, 1), (0, 3))).op == "CONST"
+    assert t.const_like(two, (3,)).shape == (3,)

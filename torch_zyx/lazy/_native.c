@@ -278,6 +278,7 @@ check_node(PyObject *x)
 
 static PyObject *binary_op; /* "BINARY" */
 static PyObject *unary_op;  /* "UNARY" */
+static PyObject *buffer_op, *random_op, *const_op, *scalar_tag, *kind_name, *float_kind;
 
 static PyObject *
 py_binary_node(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -323,6 +324,468 @@ py_unary_node(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return node;
 }
 
+/* ------------------------------------------------------------------ constructors
+ * graph.py's hot constructors (nodes_py.py has their Python reference): the same checks,
+ * simplifications and keys. ``configure`` gives them graph.py's op sets, the bool dtype and
+ * graph.const (a CAST of a constant is a constant). */
+
+static PyObject *unary_set, *binary_set, *compare_set, *reduce_set, *bool_dtype, *const_fn;
+static PyObject *where_op, *cast_op, *reduce_op, *reshape_op, *expand_op, *shrink_op, *isnan_name;
+
+static PyObject *
+py_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(unary_ops, binary_ops, compare_ops, reduce_ops, bool, const)");
+        return NULL;
+    }
+    PyObject **slots[] = {&unary_set, &binary_set, &compare_set, &reduce_set, &bool_dtype, &const_fn};
+    for (int i = 0; i < 6; i++) {
+        Py_INCREF(args[i]);
+        Py_XSETREF(*slots[i], args[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static int
+configured(void)
+{
+    if (const_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "torch_zyx.lazy._native: configure() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* Raise AssertionError(detail) (graph.py's constructors assert their invariants). */
+static PyObject *
+fail_assert(PyObject *detail)
+{
+    PyErr_SetObject(PyExc_AssertionError, detail);
+    return NULL;
+}
+
+static int
+is_op(NodeObject *node, PyObject *name)
+{
+    return node->op == name || PyUnicode_Compare(node->op, name) == 0;
+}
+
+/* ``x`` as a tuple (a new reference): shapes may come as lists or torch.Size. */
+static PyObject *
+as_tuple(PyObject *x)
+{
+    if (PyTuple_CheckExact(x)) {
+        Py_INCREF(x);
+        return x;
+    }
+    return PySequence_Tuple(x);
+}
+
+/* CONST ``x`` at another shape (its value is already of its dtype). */
+static PyObject *
+const_like(NodeObject *x, PyObject *shape)
+{
+    static PyObject *empty;
+    if (empty == NULL && (empty = PyTuple_New(0)) == NULL)
+        return NULL;
+    return intern_node(const_op, x->arg, x->karg, empty, x->dtype, shape);
+}
+
+static PyObject *
+py_const_like(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "const_like(x, shape)");
+        return NULL;
+    }
+    if (!check_node(args[0]))
+        return NULL;
+    PyObject *shape = as_tuple(args[1]);
+    if (shape == NULL)
+        return NULL;
+    PyObject *node = const_like((NodeObject *)args[0], shape);
+    Py_DECREF(shape);
+    return node;
+}
+
+static PyObject *
+py_unary(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !configured()) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "unary(op, x)");
+        return NULL;
+    }
+    PyObject *op = args[0];
+    int known = PySet_Contains(unary_set, op);
+    if (known <= 0)
+        return known < 0 ? NULL : fail_assert(op);
+    if (!check_node(args[1]))
+        return NULL;
+    NodeObject *x = (NodeObject *)args[1];
+    int isnan_op = PyUnicode_Compare(op, isnan_name) == 0;
+    PyObject *srcs = PyTuple_Pack(1, x);
+    if (srcs == NULL)
+        return NULL;
+    PyObject *node = intern_node(unary_op, op, op, srcs, isnan_op ? bool_dtype : x->dtype, x->shape);
+    Py_DECREF(srcs);
+    return node;
+}
+
+static PyObject *
+py_binary(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !configured()) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "binary(op, x, y)");
+        return NULL;
+    }
+    PyObject *op = args[0];
+    if (!check_node(args[1]) || !check_node(args[2]))
+        return NULL;
+    NodeObject *x = (NodeObject *)args[1], *y = (NodeObject *)args[2];
+    int known = PySet_Contains(binary_set, op);
+    if (known < 0)
+        return NULL;
+    int same_shape = known ? PyObject_RichCompareBool(y->shape, x->shape, Py_EQ) : 0;
+    if (same_shape < 0)
+        return NULL;
+    if (!known || !same_shape || y->dtype != x->dtype) {
+        PyObject *detail = PyTuple_Pack(3, op, x, y);
+        return detail == NULL ? NULL : (fail_assert(detail), Py_DECREF(detail), NULL);
+    }
+    int compare = PySet_Contains(compare_set, op);
+    if (compare < 0)
+        return NULL;
+    PyObject *srcs = PyTuple_Pack(2, x, y);
+    if (srcs == NULL)
+        return NULL;
+    PyObject *node = intern_node(binary_op, op, op, srcs, compare ? bool_dtype : x->dtype, x->shape);
+    Py_DECREF(srcs);
+    return node;
+}
+
+static PyObject *
+py_where(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !configured()) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "where(cond, x, y)");
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        if (!check_node(args[i]))
+            return NULL;
+    NodeObject *cond = (NodeObject *)args[0], *x = (NodeObject *)args[1], *y = (NodeObject *)args[2];
+    int shapes = PyObject_RichCompareBool(cond->shape, x->shape, Py_EQ);
+    if (shapes > 0)
+        shapes = PyObject_RichCompareBool(x->shape, y->shape, Py_EQ);
+    if (shapes < 0)
+        return NULL;
+    if (!shapes || x->dtype != y->dtype || cond->dtype != bool_dtype) {
+        PyObject *detail = PyTuple_Pack(3, cond, x, y);
+        return detail == NULL ? NULL : (fail_assert(detail), Py_DECREF(detail), NULL);
+    }
+    PyObject *srcs = PyTuple_Pack(3, cond, x, y);
+    if (srcs == NULL)
+        return NULL;
+    PyObject *node = intern_node(where_op, Py_None, Py_None, srcs, x->dtype, x->shape);
+    Py_DECREF(srcs);
+    return node;
+}
+
+static PyObject *
+py_cast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !configured()) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "cast(x, dtype)");
+        return NULL;
+    }
+    if (!check_node(args[0]))
+        return NULL;
+    NodeObject *x = (NodeObject *)args[0];
+    PyObject *dtype = args[1];
+    if (x->dtype == dtype) {
+        Py_INCREF(x);
+        return (PyObject *)x;
+    }
+    if (is_op(x, const_op))
+        return PyObject_CallFunctionObjArgs(const_fn, x->arg, dtype, x->shape, NULL);
+    PyObject *srcs = PyTuple_Pack(1, x);
+    if (srcs == NULL)
+        return NULL;
+    PyObject *node = intern_node(cast_op, dtype, dtype, srcs, dtype, x->shape);
+    Py_DECREF(srcs);
+    return node;
+}
+
+static PyObject *
+py_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !configured()) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "reduce(op, x, axes)");
+        return NULL;
+    }
+    PyObject *op = args[0];
+    int known = PySet_Contains(reduce_set, op);
+    if (known <= 0)
+        return known < 0 ? NULL : fail_assert(op);
+    if (!check_node(args[1]))
+        return NULL;
+    NodeObject *x = (NodeObject *)args[1];
+    Py_ssize_t ndim = PyTuple_GET_SIZE(x->shape);
+    PyObject *axes_seq = PySequence_Fast(args[2], "reduce() axes must be a sequence");
+    if (axes_seq == NULL)
+        return NULL;
+    /* Axes modulo the rank, each once: a mask over the (few) axes. */
+    char reduced[64] = {0};
+    if (ndim > 64) {
+        Py_DECREF(axes_seq);
+        PyErr_SetString(PyExc_ValueError, "reduce() of more than 64 axes");
+        return NULL;
+    }
+    Py_ssize_t n_axes = 0;
+    for (Py_ssize_t i = 0; ndim > 0 && i < PySequence_Fast_GET_SIZE(axes_seq); i++) {
+        Py_ssize_t axis = PyNumber_AsSsize_t(PySequence_Fast_GET_ITEM(axes_seq, i), NULL);
+        if (axis == -1 && PyErr_Occurred()) {
+            Py_DECREF(axes_seq);
+            return NULL;
+        }
+        axis = ((axis % ndim) + ndim) % ndim;
+        n_axes += !reduced[axis];
+        reduced[axis] = 1;
+    }
+    Py_DECREF(axes_seq);
+    if (n_axes == 0) {
+        Py_INCREF(x);
+        return (PyObject *)x;
+    }
+    PyObject *axes = PyTuple_New(n_axes), *shape = PyTuple_New(ndim);
+    if (axes == NULL || shape == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0, k = 0; i < ndim; i++) {
+        PyObject *size = reduced[i] ? PyLong_FromLong(1) : PyTuple_GET_ITEM(x->shape, i);
+        if (reduced[i]) {
+            PyObject *axis = PyLong_FromSsize_t(i);
+            if (size == NULL || axis == NULL) {
+                Py_XDECREF(size);
+                Py_XDECREF(axis);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(axes, k++, axis);
+        } else {
+            Py_INCREF(size);
+        }
+        PyTuple_SET_ITEM(shape, i, size);
+    }
+    PyObject *arg = PyTuple_Pack(2, op, axes);
+    PyObject *srcs = PyTuple_Pack(1, x);
+    PyObject *node = NULL;
+    if (arg != NULL && srcs != NULL)
+        node = intern_node(reduce_op, arg, arg, srcs, x->dtype, shape);
+    Py_XDECREF(arg);
+    Py_XDECREF(srcs);
+    Py_DECREF(axes);
+    Py_DECREF(shape);
+    return node;
+fail:
+    Py_XDECREF(axes);
+    Py_XDECREF(shape);
+    return NULL;
+}
+
+/* The product of a shape's sizes, -1 with an error set on failure. */
+static Py_ssize_t
+shape_numel(PyObject *shape)
+{
+    Py_ssize_t numel = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        Py_ssize_t size = PyNumber_AsSsize_t(PyTuple_GET_ITEM(shape, i), PyExc_OverflowError);
+        if (size == -1 && PyErr_Occurred())
+            return -1;
+        numel *= size;
+    }
+    return numel;
+}
+
+static PyObject *
+reshape_tuple(NodeObject *x, PyObject *shape)
+{
+    for (;;) {
+        int same = PyObject_RichCompareBool(shape, x->shape, Py_EQ);
+        if (same != 0) {
+            if (same < 0)
+                return NULL;
+            Py_INCREF(x);
+            return (PyObject *)x;
+        }
+        Py_ssize_t want = shape_numel(shape), have = shape_numel(x->shape);
+        if (want < 0 || have < 0)
+            return NULL;
+        if (want != have) {
+            PyObject *detail = PyTuple_Pack(2, x->shape, shape);
+            return detail == NULL ? NULL : (fail_assert(detail), Py_DECREF(detail), NULL);
+        }
+        if (!is_op(x, reshape_op))
+            break;
+        x = (NodeObject *)PyTuple_GET_ITEM(x->srcs, 0); /* a reshape of a reshape */
+    }
+    if (is_op(x, const_op))
+        return const_like(x, shape);
+    PyObject *srcs = PyTuple_Pack(1, x);
+    if (srcs == NULL)
+        return NULL;
+    PyObject *node = intern_node(reshape_op, shape, shape, srcs, x->dtype, shape);
+    Py_DECREF(srcs);
+    return node;
+}
+
+static PyObject *
+py_reshape(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "reshape(x, shape)");
+        return NULL;
+    }
+    if (!check_node(args[0]))
+        return NULL;
+    PyObject *shape = as_tuple(args[1]);
+    if (shape == NULL)
+        return NULL;
+    PyObject *node = reshape_tuple((NodeObject *)args[0], shape);
+    Py_DECREF(shape);
+    return node;
+}
+
+static PyObject *
+py_expand(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "expand(x, shape)");
+        return NULL;
+    }
+    if (!check_node(args[0]))
+        return NULL;
+    NodeObject *x = (NodeObject *)args[0];
+    PyObject *shape = as_tuple(args[1]), *node = NULL;
+    if (shape == NULL)
+        return NULL;
+    int same = PyObject_RichCompareBool(shape, x->shape, Py_EQ);
+    if (same != 0) {
+        Py_DECREF(shape);
+        if (same < 0)
+            return NULL;
+        Py_INCREF(x);
+        return (PyObject *)x;
+    }
+    /* Each axis keeps its size or grows from 1. */
+    int valid = PyTuple_GET_SIZE(shape) == PyTuple_GET_SIZE(x->shape);
+    for (Py_ssize_t i = 0; valid && i < PyTuple_GET_SIZE(shape); i++) {
+        PyObject *size = PyTuple_GET_ITEM(shape, i), *old = PyTuple_GET_ITEM(x->shape, i);
+        int equal = PyObject_RichCompareBool(size, old, Py_EQ);
+        if (equal < 0)
+            goto done;
+        if (!equal) {
+            Py_ssize_t old_size = PyNumber_AsSsize_t(old, NULL);
+            if (old_size == -1 && PyErr_Occurred())
+                goto done;
+            valid = old_size == 1;
+        }
+    }
+    if (!valid) {
+        PyObject *detail = PyTuple_Pack(2, x->shape, shape);
+        if (detail != NULL) {
+            fail_assert(detail);
+            Py_DECREF(detail);
+        }
+        goto done;
+    }
+    if (is_op(x, const_op)) {
+        node = const_like(x, shape);
+        goto done;
+    }
+    PyObject *srcs = PyTuple_Pack(1, x);
+    if (srcs != NULL) {
+        node = intern_node(expand_op, shape, shape, srcs, x->dtype, shape);
+        Py_DECREF(srcs);
+    }
+done:
+    Py_DECREF(shape);
+    return node;
+}
+
+static PyObject *
+py_shrink(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "shrink(x, bounds)");
+        return NULL;
+    }
+    if (!check_node(args[0]))
+        return NULL;
+    NodeObject *x = (NodeObject *)args[0];
+    PyObject *given = PySequence_Fast(args[1], "shrink() bounds must be a sequence");
+    if (given == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(given);
+    PyObject *bounds = PyTuple_New(n), *shape = PyTuple_New(n), *node = NULL;
+    int whole = 1;
+    if (bounds == NULL || shape == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(given, i), "shrink() bound");
+        if (pair == NULL)
+            goto done;
+        if (PySequence_Fast_GET_SIZE(pair) != 2) {
+            Py_DECREF(pair);
+            PyErr_SetString(PyExc_ValueError, "shrink() bounds are (begin, end) pairs");
+            goto done;
+        }
+        Py_ssize_t begin = PyNumber_AsSsize_t(PySequence_Fast_GET_ITEM(pair, 0), NULL);
+        Py_ssize_t end = PyNumber_AsSsize_t(PySequence_Fast_GET_ITEM(pair, 1), NULL);
+        Py_DECREF(pair);
+        if (PyErr_Occurred())
+            goto done;
+        PyObject *bound = Py_BuildValue("(nn)", begin, end);
+        PyObject *size = PyLong_FromSsize_t(end - begin);
+        if (bound == NULL || size == NULL) {
+            Py_XDECREF(bound);
+            Py_XDECREF(size);
+            goto done;
+        }
+        PyTuple_SET_ITEM(bounds, i, bound);
+        PyTuple_SET_ITEM(shape, i, size);
+        if (whole) {
+            Py_ssize_t old = i < PyTuple_GET_SIZE(x->shape)
+                ? PyNumber_AsSsize_t(PyTuple_GET_ITEM(x->shape, i), NULL) : -1;
+            if (old == -1 && PyErr_Occurred())
+                goto done;
+            whole = begin == 0 && end == old;
+        }
+    }
+    if (whole) {
+        Py_INCREF(x);
+        node = (PyObject *)x;
+    } else if (is_op(x, const_op)) {
+        node = const_like(x, shape);
+    } else {
+        PyObject *srcs = PyTuple_Pack(1, x);
+        if (srcs != NULL) {
+            node = intern_node(shrink_op, bounds, bounds, srcs, x->dtype, shape);
+            Py_DECREF(srcs);
+        }
+    }
+done:
+    Py_DECREF(given);
+    Py_XDECREF(bounds);
+    Py_XDECREF(shape);
+    return node;
+}
+
 static PyObject *
 py_file_unfiled(PyObject *module, PyObject *unused)
 {
@@ -336,7 +799,6 @@ typedef struct {
     PyObject *inline_floats;
 } Leaves;
 
-static PyObject *buffer_op, *random_op, *const_op, *scalar_tag, *kind_name, *float_kind;
 
 /* Whether the CONST ``node`` is a run-time scalar parameter: a float dtype and a finite value
  * outside ``inline_floats`` (nodes_py.is_scalar_param). -1 on error. */
@@ -558,6 +1020,18 @@ static PyMethodDef module_methods[] = {
      "binary_node(op, x, y, dtype): BINARY op of two nodes of one shape (checked by the caller)"},
     {"unary_node", (PyCFunction)(void (*)(void))py_unary_node, METH_FASTCALL,
      "unary_node(op, x): UNARY op keeping x's dtype"},
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_FASTCALL,
+     "configure(unary_ops, binary_ops, compare_ops, reduce_ops, bool, const)"},
+    {"const_like", (PyCFunction)(void (*)(void))py_const_like, METH_FASTCALL,
+     "const_like(x, shape): the CONST x at another shape"},
+    {"unary", (PyCFunction)(void (*)(void))py_unary, METH_FASTCALL, "graph.unary"},
+    {"binary", (PyCFunction)(void (*)(void))py_binary, METH_FASTCALL, "graph.binary"},
+    {"where", (PyCFunction)(void (*)(void))py_where, METH_FASTCALL, "graph.where"},
+    {"cast", (PyCFunction)(void (*)(void))py_cast, METH_FASTCALL, "graph.cast"},
+    {"reduce", (PyCFunction)(void (*)(void))py_reduce, METH_FASTCALL, "graph.reduce"},
+    {"reshape", (PyCFunction)(void (*)(void))py_reshape, METH_FASTCALL, "graph.reshape"},
+    {"expand", (PyCFunction)(void (*)(void))py_expand, METH_FASTCALL, "graph.expand"},
+    {"shrink", (PyCFunction)(void (*)(void))py_shrink, METH_FASTCALL, "graph.shrink"},
     {"file_unfiled", py_file_unfiled, METH_NOARGS, "no-op: nodes are filed as they are built"},
     {"signature", (PyCFunction)(void (*)(void))py_signature, METH_FASTCALL,
      "signature(roots, inline_floats): kernelize.GraphSignature's parts"},
@@ -585,10 +1059,19 @@ PyInit__native(void)
     scalar_tag = PyUnicode_InternFromString("scalar");
     kind_name = PyUnicode_InternFromString("kind");
     float_kind = PyUnicode_InternFromString("f");
+    where_op = PyUnicode_InternFromString("WHERE");
+    cast_op = PyUnicode_InternFromString("CAST");
+    reduce_op = PyUnicode_InternFromString("REDUCE");
+    reshape_op = PyUnicode_InternFromString("RESHAPE");
+    expand_op = PyUnicode_InternFromString("EXPAND");
+    shrink_op = PyUnicode_InternFromString("SHRINK");
+    isnan_name = PyUnicode_InternFromString("isnan");
     pending = PyObject_New(PendingObject, &PendingType);
     if (table == NULL || float_tag == NULL || binary_op == NULL || unary_op == NULL ||
         buffer_op == NULL || random_op == NULL || const_op == NULL || scalar_tag == NULL ||
-        kind_name == NULL || float_kind == NULL || pending == NULL)
+        kind_name == NULL || float_kind == NULL || where_op == NULL || cast_op == NULL ||
+        reduce_op == NULL || reshape_op == NULL || expand_op == NULL || shrink_op == NULL ||
+        isnan_name == NULL || pending == NULL)
         return NULL;
     pending->count = 0;
     PyObject *module = PyModule_Create(&native_module);

@@ -69,6 +69,18 @@ unary_node = nodes.unary_node
 file_unfiled = nodes.file_unfiled
 # Nodes built since the last realization (the 'pending graph size' trigger): ``.count``.
 PendingCounter = nodes.pending
+# The hot constructors (their docs in nodes_py.py): unary(op, x), binary(op, x, y) (one shape
+# and dtype), where(cond, x, y), cast(x, dtype), reduce(op, x, axes) (keepdim), reshape(x,
+# shape), expand(x, shape) (size-1 axes grow), shrink(x, bounds) ((begin, end) per axis).
+unary = nodes.unary
+binary = nodes.binary
+where = nodes.where
+cast = nodes.cast
+reduce = nodes.reduce
+reshape = nodes.reshape
+expand = nodes.expand
+shrink = nodes.shrink
+_const_like = nodes.const_like  # CONST x at another shape
 
 
 # ---------------------------------------------------------------------------- constructors
@@ -114,11 +126,6 @@ def const(value: Any, dtype: DType, shape: tuple[int, ...] = ()) -> Node:
     return node
 
 
-def _const_like(x: Node, shape: tuple[int, ...]) -> Node:
-    """CONST ``x`` at another shape (its value is already of its dtype)."""
-    return _intern("CONST", x.arg, x._karg, (), x.dtype, shape)
-
-
 def random(seed: int, offset: int, shape: tuple[int, ...]) -> Node:
     return Node("RANDOM", (seed, offset), (), dtypes.float32, tuple(shape))
 
@@ -126,53 +133,6 @@ def random(seed: int, offset: int, shape: tuple[int, ...]) -> Node:
 def iota(shape: tuple[int, ...]) -> Node:
     """Each element's flat (row-major) position as int64: the base of arange, eye, one-hot."""
     return _intern("IOTA", None, None, (), dtypes.int64, tuple(shape))
-
-
-def unary(op: str, x: Node) -> Node:
-    assert op in UNARY_OPS, op
-    return _intern("UNARY", op, op, (x,), dtypes.bool_ if op == "isnan" else x.dtype, x.shape)
-
-
-def binary(op: str, x: Node, y: Node) -> Node:
-    shape, dtype = x.shape, x.dtype
-    assert op in BINARY_OPS and y.shape == shape and y.dtype is dtype, (op, x, y)
-    return _intern("BINARY", op, op, (x, y), dtypes.bool_ if op in COMPARE_OPS else dtype, shape)
-
-
-def where(cond: Node, x: Node, y: Node) -> Node:
-    assert cond.shape == x.shape == y.shape and x.dtype == y.dtype and cond.dtype == dtypes.bool_
-    return _intern("WHERE", None, None, (cond, x, y), x.dtype, x.shape)
-
-
-def cast(x: Node, dtype: DType) -> Node:
-    if x.dtype is dtype:
-        return x
-    if x.op == "CONST":
-        return const(x.arg, dtype, x.shape)
-    return _intern("CAST", dtype, dtype, (x,), dtype, x.shape)
-
-
-def reduce(op: str, x: Node, axes: tuple[int, ...]) -> Node:
-    assert op in REDUCE_OPS, op
-    axes = tuple(sorted({a % len(x.shape) for a in axes})) if x.shape else ()
-    if not axes:
-        return x
-    shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-    return _intern("REDUCE", (op, axes), (op, axes), (x,), x.dtype, shape)
-
-
-def reshape(x: Node, shape: tuple[int, ...]) -> Node:
-    if shape.__class__ is not tuple:
-        shape = tuple(shape)
-    if shape == x.shape:
-        return x
-    assert math.prod(shape) == x.numel, (x.shape, shape)
-    op = x.op
-    if op == "RESHAPE":
-        return reshape(x.srcs[0], shape)
-    if op == "CONST":
-        return _const_like(x, shape)
-    return _intern("RESHAPE", shape, shape, (x,), x.dtype, shape)
 
 
 def flat(x: Node) -> Node:
@@ -205,20 +165,6 @@ def permute(x: Node, axes: tuple[int, ...]) -> Node:
     return _intern("PERMUTE", axes, axes, (x,), x.dtype, shape)
 
 
-def expand(x: Node, shape: tuple[int, ...]) -> Node:
-    if shape.__class__ is not tuple:
-        shape = tuple(shape)
-    if shape == x.shape:
-        return x
-    if __debug__:
-        assert len(shape) == len(x.shape), (x.shape, shape)
-        for s, o in zip(shape, x.shape):
-            assert s == o or o == 1, (x.shape, shape)
-    if x.op == "CONST":
-        return _const_like(x, shape)
-    return _intern("EXPAND", shape, shape, (x,), x.dtype, shape)
-
-
 def broadcast_to(x: Node, shape: tuple[int, ...]) -> Node:
     """``x`` broadcast (NumPy-style: leading axes added, size-1 axes expanded) to ``shape``."""
     if x.shape == shape:
@@ -242,16 +188,6 @@ def pad(x: Node, padding: tuple[tuple[int, int], ...]) -> Node:
         return x
     shape = tuple(s + b + a for s, (b, a) in zip(x.shape, padding))
     return _intern("PAD", padding, padding, (x,), x.dtype, shape)
-
-
-def shrink(x: Node, bounds: tuple[tuple[int, int], ...]) -> Node:
-    bounds = tuple((int(b), int(e)) for b, e in bounds)
-    if all(b == 0 and e == s for (b, e), s in zip(bounds, x.shape)):
-        return x
-    shape = tuple(e - b for b, e in bounds)
-    if x.op == "CONST":
-        return _const_like(x, shape)
-    return _intern("SHRINK", bounds, bounds, (x,), x.dtype, shape)
 
 
 def flip(x: Node, axes: tuple[int, ...]) -> Node:
@@ -348,3 +284,7 @@ def toposort(roots: list[Node]) -> list[Node]:
             if src not in seen:
                 push((src, False))
     return order
+
+
+# (here: the constructors call back into ``const``, defined above)
+nodes.configure(UNARY_OPS, BINARY_OPS, COMPARE_OPS, REDUCE_OPS, dtypes.bool_, const)

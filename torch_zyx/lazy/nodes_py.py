@@ -2,9 +2,11 @@
 
 Stage 2 of the flow (dispatch → **lazy graph** → kernelizer → ...). ``graph.py`` builds its
 nodes through this module's surface, the same as the C module's: ``Node``, ``intern``,
-``binary_node``, ``unary_node``, ``pending``, ``file_unfiled`` and ``signature`` (the
-schedule cache's key). The C module is used when it is built (``pip install`` compiles it) and ``ZYX_NATIVE``
-is not ``0``; this one otherwise, and by the tests that check the two agree.
+``binary_node``, ``unary_node``, ``pending``, ``file_unfiled``, ``signature`` (the schedule
+cache's key) and graph.py's hot constructors (``unary``, ``binary``, ``where``, ``cast``,
+``reduce``, ``reshape``, ``expand``, ``shrink``, ``const_like``; after ``configure``). The C
+module is used when it is built (``pip install`` compiles it) and ``ZYX_NATIVE`` is not
+``0``; this one otherwise, and by the tests that check the two agree.
 """
 
 from __future__ import annotations
@@ -240,6 +242,99 @@ def _hashable(arg: Any) -> Any:
     if isinstance(arg, tuple):
         return tuple(_hashable(a) for a in arg)
     return arg
+
+
+# ------------------------------------------------------------------------------ constructors
+# graph.py's hot constructors (bound there from the node table in use; _native.c has the same
+# ones in C). ``configure`` gives them graph.py's op sets, the bool dtype and graph.const.
+
+
+class _Configuration:
+    __slots__ = ("binary_ops", "bool_dtype", "compare_ops", "const", "reduce_ops", "unary_ops")
+
+
+_set = _Configuration()
+
+
+def configure(unary_ops, binary_ops, compare_ops, reduce_ops, bool_dtype, const) -> None:
+    _set.unary_ops, _set.binary_ops, _set.compare_ops = unary_ops, binary_ops, compare_ops
+    _set.reduce_ops, _set.bool_dtype, _set.const = reduce_ops, bool_dtype, const
+
+
+def const_like(x: Node, shape: tuple[int, ...]) -> Node:
+    """CONST ``x`` at another shape (its value is already of its dtype)."""
+    return intern("CONST", x.arg, x._karg, (), x.dtype, shape)
+
+
+def unary(op: str, x: Node) -> Node:
+    assert op in _set.unary_ops, op
+    return intern("UNARY", op, op, (x,), _set.bool_dtype if op == "isnan" else x.dtype, x.shape)
+
+
+def binary(op: str, x: Node, y: Node) -> Node:
+    shape, dtype = x.shape, x.dtype
+    assert op in _set.binary_ops and y.shape == shape and y.dtype is dtype, (op, x, y)
+    return intern("BINARY", op, op, (x, y), _set.bool_dtype if op in _set.compare_ops else dtype, shape)
+
+
+def where(cond: Node, x: Node, y: Node) -> Node:
+    assert (cond.shape == x.shape == y.shape and x.dtype == y.dtype
+            and cond.dtype == _set.bool_dtype), (cond, x, y)
+    return intern("WHERE", None, None, (cond, x, y), x.dtype, x.shape)
+
+
+def cast(x: Node, dtype: DType) -> Node:
+    if x.dtype is dtype:
+        return x
+    if x.op == "CONST":
+        return _set.const(x.arg, dtype, x.shape)
+    return intern("CAST", dtype, dtype, (x,), dtype, x.shape)
+
+
+def reduce(op: str, x: Node, axes: tuple[int, ...]) -> Node:
+    assert op in _set.reduce_ops, op
+    axes = tuple(sorted({a % len(x.shape) for a in axes})) if x.shape else ()
+    if not axes:
+        return x
+    shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    return intern("REDUCE", (op, axes), (op, axes), (x,), x.dtype, shape)
+
+
+def reshape(x: Node, shape: tuple[int, ...]) -> Node:
+    if shape.__class__ is not tuple:
+        shape = tuple(shape)
+    if shape == x.shape:
+        return x
+    assert math.prod(shape) == x.numel, (x.shape, shape)
+    op = x.op
+    if op == "RESHAPE":
+        return reshape(x.srcs[0], shape)
+    if op == "CONST":
+        return const_like(x, shape)
+    return intern("RESHAPE", shape, shape, (x,), x.dtype, shape)
+
+
+def expand(x: Node, shape: tuple[int, ...]) -> Node:
+    if shape.__class__ is not tuple:
+        shape = tuple(shape)
+    if shape == x.shape:
+        return x
+    assert len(shape) == len(x.shape), (x.shape, shape)
+    for s, o in zip(shape, x.shape):
+        assert s == o or o == 1, (x.shape, shape)
+    if x.op == "CONST":
+        return const_like(x, shape)
+    return intern("EXPAND", shape, shape, (x,), x.dtype, shape)
+
+
+def shrink(x: Node, bounds: tuple[tuple[int, int], ...]) -> Node:
+    bounds = tuple((int(b), int(e)) for b, e in bounds)
+    if all(b == 0 and e == s for (b, e), s in zip(bounds, x.shape)):
+        return x
+    shape = tuple(e - b for b, e in bounds)
+    if x.op == "CONST":
+        return const_like(x, shape)
+    return intern("SHRINK", bounds, bounds, (x,), x.dtype, shape)
 
 
 def is_scalar_param(node: Node, inline_floats: frozenset) -> bool:
