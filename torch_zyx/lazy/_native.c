@@ -137,6 +137,29 @@ intern_node(PyObject *op, PyObject *arg, PyObject *karg, PyObject *srcs, PyObjec
     return intern_key(key, op, arg, karg, srcs, dtype, shape);
 }
 
+/* The node (op, arg) with the one source ``x``, its arg keyed as it is (no floats in it). */
+static PyObject *
+node_of_one(PyObject *op, PyObject *arg, NodeObject *x, PyObject *dtype, PyObject *shape)
+{
+    PyObject *srcs = PyTuple_Pack(1, x);
+    if (srcs == NULL)
+        return NULL;
+    PyObject *node = intern_node(op, arg, arg, srcs, dtype, shape);
+    Py_DECREF(srcs);
+    return node;
+}
+
+/* Whether a function got its ``wanted`` arguments; raises TypeError(usage) if not. */
+static int
+arity(Py_ssize_t nargs, Py_ssize_t wanted, const char *usage)
+{
+    if (nargs != wanted) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return 0;
+    }
+    return 1;
+}
+
 static void
 node_dealloc(NodeObject *self)
 {
@@ -259,10 +282,8 @@ static PyTypeObject PendingType = {
 static PyObject *
 py_intern(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "intern(op, arg, karg, srcs, dtype, shape)");
+    if (!arity(nargs, 6, "intern(op, arg, karg, srcs, dtype, shape)"))
         return NULL;
-    }
     return intern_node(args[0], args[1], args[2], args[3], args[4], args[5]);
 }
 
@@ -283,10 +304,8 @@ static PyObject *buffer_op, *random_op, *const_op, *scalar_tag, *kind_name, *flo
 static PyObject *
 py_binary_node(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "binary_node(op, x, y, dtype)");
+    if (!arity(nargs, 4, "binary_node(op, x, y, dtype)"))
         return NULL;
-    }
     PyObject *op = args[0], *x = args[1], *y = args[2], *dtype = args[3];
     if (!check_node(x) || !check_node(y))
         return NULL;
@@ -305,23 +324,10 @@ py_binary_node(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 py_unary_node(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "unary_node(op, x)");
+    if (!arity(nargs, 2, "unary_node(op, x)") || !check_node(args[1]))
         return NULL;
-    }
-    PyObject *op = args[0], *x = args[1];
-    if (!check_node(x))
-        return NULL;
-    NodeObject *source = (NodeObject *)x;
-    PyObject *srcs = PyTuple_Pack(1, x);
-    if (srcs == NULL)
-        return NULL;
-    PyObject *key = PyTuple_Pack(5, unary_op, op, srcs, source->dtype, source->shape);
-    PyObject *node = NULL;
-    if (key != NULL)
-        node = intern_key(key, unary_op, op, op, srcs, source->dtype, source->shape);
-    Py_DECREF(srcs);
-    return node;
+    NodeObject *x = (NodeObject *)args[1];
+    return node_of_one(unary_op, args[0], x, x->dtype, x->shape);
 }
 
 /* ------------------------------------------------------------------ constructors
@@ -358,12 +364,33 @@ configured(void)
     return 1;
 }
 
+/* Whether a constructor got its ``wanted`` arguments and configure() ran; raises if not. */
+static int
+takes(Py_ssize_t nargs, Py_ssize_t wanted, const char *usage)
+{
+    return arity(nargs, wanted, usage) && configured();
+}
+
 /* Raise AssertionError(detail) (graph.py's constructors assert their invariants). */
 static PyObject *
 fail_assert(PyObject *detail)
 {
     PyErr_SetObject(PyExc_AssertionError, detail);
     return NULL;
+}
+
+/* ``x`` as a node, once ``op`` is found in ``ops`` (else AssertionError, as graph.py's asserts);
+ * NULL with an error set otherwise. */
+static NodeObject *
+op_and_node(PyObject *ops, PyObject *op, PyObject *x)
+{
+    int known = PySet_Contains(ops, op);
+    if (known <= 0) {
+        if (known == 0)
+            fail_assert(op);
+        return NULL;
+    }
+    return check_node(x) ? (NodeObject *)x : NULL;
 }
 
 static int
@@ -393,55 +420,55 @@ const_like(NodeObject *x, PyObject *shape)
     return intern_node(const_op, x->arg, x->karg, empty, x->dtype, shape);
 }
 
+/* Movement ``op`` (arg ``arg``) of ``x`` to ``shape``: a constant is the constant at ``shape``. */
 static PyObject *
-py_const_like(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+movement(PyObject *op, PyObject *arg, NodeObject *x, PyObject *shape)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "const_like(x, shape)");
-        return NULL;
-    }
-    if (!check_node(args[0]))
+    if (is_op(x, const_op))
+        return const_like(x, shape);
+    return node_of_one(op, arg, x, x->dtype, shape);
+}
+
+/* ``fn(x, shape)`` for the constructors called as f(x, shape): checks the node, takes the shape
+ * as a tuple (it may come as a list or torch.Size). */
+static PyObject *
+call_with_shape(PyObject *const *args, Py_ssize_t nargs, const char *usage,
+                PyObject *(*fn)(NodeObject *, PyObject *))
+{
+    if (!arity(nargs, 2, usage) || !check_node(args[0]))
         return NULL;
     PyObject *shape = as_tuple(args[1]);
     if (shape == NULL)
         return NULL;
-    PyObject *node = const_like((NodeObject *)args[0], shape);
+    PyObject *node = fn((NodeObject *)args[0], shape);
     Py_DECREF(shape);
     return node;
 }
 
 static PyObject *
+py_const_like(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return call_with_shape(args, nargs, "const_like(x, shape)", const_like);
+}
+
+static PyObject *
 py_unary(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !configured()) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "unary(op, x)");
+    if (!takes(nargs, 2, "unary(op, x)"))
         return NULL;
-    }
     PyObject *op = args[0];
-    int known = PySet_Contains(unary_set, op);
-    if (known <= 0)
-        return known < 0 ? NULL : fail_assert(op);
-    if (!check_node(args[1]))
+    NodeObject *x = op_and_node(unary_set, op, args[1]);
+    if (x == NULL)
         return NULL;
-    NodeObject *x = (NodeObject *)args[1];
     int isnan_op = PyUnicode_Compare(op, isnan_name) == 0;
-    PyObject *srcs = PyTuple_Pack(1, x);
-    if (srcs == NULL)
-        return NULL;
-    PyObject *node = intern_node(unary_op, op, op, srcs, isnan_op ? bool_dtype : x->dtype, x->shape);
-    Py_DECREF(srcs);
-    return node;
+    return node_of_one(unary_op, op, x, isnan_op ? bool_dtype : x->dtype, x->shape);
 }
 
 static PyObject *
 py_binary(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !configured()) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "binary(op, x, y)");
+    if (!takes(nargs, 3, "binary(op, x, y)"))
         return NULL;
-    }
     PyObject *op = args[0];
     if (!check_node(args[1]) || !check_node(args[2]))
         return NULL;
@@ -470,11 +497,8 @@ py_binary(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 py_where(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !configured()) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "where(cond, x, y)");
+    if (!takes(nargs, 3, "where(cond, x, y)"))
         return NULL;
-    }
     for (int i = 0; i < 3; i++)
         if (!check_node(args[i]))
             return NULL;
@@ -499,11 +523,8 @@ py_where(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 py_cast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !configured()) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "cast(x, dtype)");
+    if (!takes(nargs, 2, "cast(x, dtype)"))
         return NULL;
-    }
     if (!check_node(args[0]))
         return NULL;
     NodeObject *x = (NodeObject *)args[0];
@@ -514,29 +535,18 @@ py_cast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (is_op(x, const_op))
         return PyObject_CallFunctionObjArgs(const_fn, x->arg, dtype, x->shape, NULL);
-    PyObject *srcs = PyTuple_Pack(1, x);
-    if (srcs == NULL)
-        return NULL;
-    PyObject *node = intern_node(cast_op, dtype, dtype, srcs, dtype, x->shape);
-    Py_DECREF(srcs);
-    return node;
+    return node_of_one(cast_op, dtype, x, dtype, x->shape);
 }
 
 static PyObject *
 py_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !configured()) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "reduce(op, x, axes)");
+    if (!takes(nargs, 3, "reduce(op, x, axes)"))
         return NULL;
-    }
     PyObject *op = args[0];
-    int known = PySet_Contains(reduce_set, op);
-    if (known <= 0)
-        return known < 0 ? NULL : fail_assert(op);
-    if (!check_node(args[1]))
+    NodeObject *x = op_and_node(reduce_set, op, args[1]);
+    if (x == NULL)
         return NULL;
-    NodeObject *x = (NodeObject *)args[1];
     Py_ssize_t ndim = PyTuple_GET_SIZE(x->shape);
     PyObject *axes_seq = PySequence_Fast(args[2], "reduce() axes must be a sequence");
     if (axes_seq == NULL)
@@ -583,12 +593,8 @@ py_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(shape, i, size);
     }
     PyObject *arg = PyTuple_Pack(2, op, axes);
-    PyObject *srcs = PyTuple_Pack(1, x);
-    PyObject *node = NULL;
-    if (arg != NULL && srcs != NULL)
-        node = intern_node(reduce_op, arg, arg, srcs, x->dtype, shape);
+    PyObject *node = arg == NULL ? NULL : node_of_one(reduce_op, arg, x, x->dtype, shape);
     Py_XDECREF(arg);
-    Py_XDECREF(srcs);
     Py_DECREF(axes);
     Py_DECREF(shape);
     return node;
@@ -634,49 +640,20 @@ reshape_tuple(NodeObject *x, PyObject *shape)
             break;
         x = (NodeObject *)PyTuple_GET_ITEM(x->srcs, 0); /* a reshape of a reshape */
     }
-    if (is_op(x, const_op))
-        return const_like(x, shape);
-    PyObject *srcs = PyTuple_Pack(1, x);
-    if (srcs == NULL)
-        return NULL;
-    PyObject *node = intern_node(reshape_op, shape, shape, srcs, x->dtype, shape);
-    Py_DECREF(srcs);
-    return node;
+    return movement(reshape_op, shape, x, shape);
 }
 
 static PyObject *
 py_reshape(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "reshape(x, shape)");
-        return NULL;
-    }
-    if (!check_node(args[0]))
-        return NULL;
-    PyObject *shape = as_tuple(args[1]);
-    if (shape == NULL)
-        return NULL;
-    PyObject *node = reshape_tuple((NodeObject *)args[0], shape);
-    Py_DECREF(shape);
-    return node;
+    return call_with_shape(args, nargs, "reshape(x, shape)", reshape_tuple);
 }
 
 static PyObject *
-py_expand(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+expand_tuple(NodeObject *x, PyObject *shape)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "expand(x, shape)");
-        return NULL;
-    }
-    if (!check_node(args[0]))
-        return NULL;
-    NodeObject *x = (NodeObject *)args[0];
-    PyObject *shape = as_tuple(args[1]), *node = NULL;
-    if (shape == NULL)
-        return NULL;
     int same = PyObject_RichCompareBool(shape, x->shape, Py_EQ);
     if (same != 0) {
-        Py_DECREF(shape);
         if (same < 0)
             return NULL;
         Py_INCREF(x);
@@ -688,43 +665,32 @@ py_expand(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *size = PyTuple_GET_ITEM(shape, i), *old = PyTuple_GET_ITEM(x->shape, i);
         int equal = PyObject_RichCompareBool(size, old, Py_EQ);
         if (equal < 0)
-            goto done;
+            return NULL;
         if (!equal) {
             Py_ssize_t old_size = PyNumber_AsSsize_t(old, NULL);
             if (old_size == -1 && PyErr_Occurred())
-                goto done;
+                return NULL;
             valid = old_size == 1;
         }
     }
     if (!valid) {
         PyObject *detail = PyTuple_Pack(2, x->shape, shape);
-        if (detail != NULL) {
-            fail_assert(detail);
-            Py_DECREF(detail);
-        }
-        goto done;
+        return detail == NULL ? NULL : (fail_assert(detail), Py_DECREF(detail), NULL);
     }
-    if (is_op(x, const_op)) {
-        node = const_like(x, shape);
-        goto done;
-    }
-    PyObject *srcs = PyTuple_Pack(1, x);
-    if (srcs != NULL) {
-        node = intern_node(expand_op, shape, shape, srcs, x->dtype, shape);
-        Py_DECREF(srcs);
-    }
-done:
-    Py_DECREF(shape);
-    return node;
+    return movement(expand_op, shape, x, shape);
+}
+
+static PyObject *
+py_expand(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return call_with_shape(args, nargs, "expand(x, shape)", expand_tuple);
 }
 
 static PyObject *
 py_shrink(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "shrink(x, bounds)");
+    if (!arity(nargs, 2, "shrink(x, bounds)"))
         return NULL;
-    }
     if (!check_node(args[0]))
         return NULL;
     NodeObject *x = (NodeObject *)args[0];
@@ -770,14 +736,8 @@ py_shrink(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (whole) {
         Py_INCREF(x);
         node = (PyObject *)x;
-    } else if (is_op(x, const_op)) {
-        node = const_like(x, shape);
     } else {
-        PyObject *srcs = PyTuple_Pack(1, x);
-        if (srcs != NULL) {
-            node = intern_node(shrink_op, bounds, bounds, srcs, x->dtype, shape);
-            Py_DECREF(srcs);
-        }
+        node = movement(shrink_op, bounds, x, shape);
     }
 done:
     Py_DECREF(given);
@@ -947,10 +907,8 @@ walk_item(NodeObject *node, PyObject *positions, PyObject *nodes, Leaves *leaves
 static PyObject *
 py_signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "signature(roots, inline_floats)");
+    if (!arity(nargs, 2, "signature(roots, inline_floats)"))
         return NULL;
-    }
     Leaves leaves = {PyList_New(0), PyDict_New(), PyList_New(0), PyList_New(0), PyList_New(0),
                      PyDict_New(), args[1]};
     PyObject *positions = PyDict_New(), *nodes = PyList_New(0), *items = PyList_New(0);
