@@ -74,12 +74,19 @@ hashable(PyObject *arg)
     return arg;
 }
 
-/* The node of ``key`` (a new reference), built from the other arguments when it is not in
- * the table. Steals ``key``. */
+/* The node (op, arg, srcs, dtype, shape) with ``arg`` keyed as ``karg`` (a new reference):
+ * the live one of that key, or a new one entered in the table. */
 static PyObject *
-intern_key(PyObject *key, PyObject *op, PyObject *arg, PyObject *karg, PyObject *srcs,
-           PyObject *dtype, PyObject *shape)
+intern_node(PyObject *op, PyObject *arg, PyObject *karg, PyObject *srcs, PyObject *dtype,
+            PyObject *shape)
 {
+    if (!PyTuple_CheckExact(srcs) || !PyTuple_CheckExact(shape)) {
+        PyErr_SetString(PyExc_TypeError, "a node's srcs and shape must be tuples");
+        return NULL;
+    }
+    PyObject *key = PyTuple_Pack(5, op, karg, srcs, dtype, shape);
+    if (key == NULL)
+        return NULL;
     PyObject *address = PyDict_GetItemWithError(table, key);
     if (address != NULL) {
         PyObject *existing = (PyObject *)PyLong_AsVoidPtr(address);
@@ -123,25 +130,11 @@ intern_key(PyObject *key, PyObject *op, PyObject *arg, PyObject *karg, PyObject 
     return (PyObject *)node;
 }
 
+/* The node (op, arg) of the sources ``srcs`` (a tuple it steals; NULL passes its error on),
+ * its arg keyed as it is (no floats in it). */
 static PyObject *
-intern_node(PyObject *op, PyObject *arg, PyObject *karg, PyObject *srcs, PyObject *dtype,
-            PyObject *shape)
+node_of(PyObject *op, PyObject *arg, PyObject *srcs, PyObject *dtype, PyObject *shape)
 {
-    if (!PyTuple_CheckExact(srcs) || !PyTuple_CheckExact(shape)) {
-        PyErr_SetString(PyExc_TypeError, "a node's srcs and shape must be tuples");
-        return NULL;
-    }
-    PyObject *key = PyTuple_Pack(5, op, karg, srcs, dtype, shape);
-    if (key == NULL)
-        return NULL;
-    return intern_key(key, op, arg, karg, srcs, dtype, shape);
-}
-
-/* The node (op, arg) with the one source ``x``, its arg keyed as it is (no floats in it). */
-static PyObject *
-node_of_one(PyObject *op, PyObject *arg, NodeObject *x, PyObject *dtype, PyObject *shape)
-{
-    PyObject *srcs = PyTuple_Pack(1, x);
     if (srcs == NULL)
         return NULL;
     PyObject *node = intern_node(op, arg, arg, srcs, dtype, shape);
@@ -309,16 +302,7 @@ py_binary_node(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *op = args[0], *x = args[1], *y = args[2], *dtype = args[3];
     if (!check_node(x) || !check_node(y))
         return NULL;
-    PyObject *shape = ((NodeObject *)x)->shape;
-    PyObject *srcs = PyTuple_Pack(2, x, y);
-    if (srcs == NULL)
-        return NULL;
-    PyObject *key = PyTuple_Pack(5, binary_op, op, srcs, dtype, shape);
-    PyObject *node = NULL;
-    if (key != NULL)
-        node = intern_key(key, binary_op, op, op, srcs, dtype, shape);
-    Py_DECREF(srcs);
-    return node;
+    return node_of(binary_op, op, PyTuple_Pack(2, x, y), dtype, ((NodeObject *)x)->shape);
 }
 
 static PyObject *
@@ -327,7 +311,7 @@ py_unary_node(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!arity(nargs, 2, "unary_node(op, x)") || !check_node(args[1]))
         return NULL;
     NodeObject *x = (NodeObject *)args[1];
-    return node_of_one(unary_op, args[0], x, x->dtype, x->shape);
+    return node_of(unary_op, args[0], PyTuple_Pack(1, x), x->dtype, x->shape);
 }
 
 /* ------------------------------------------------------------------ constructors
@@ -341,11 +325,8 @@ static PyObject *where_op, *cast_op, *reduce_op, *reshape_op, *expand_op, *shrin
 static PyObject *
 py_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "configure(unary_ops, binary_ops, compare_ops, reduce_ops, bool, const)");
+    if (!arity(nargs, 6, "configure(unary_ops, binary_ops, compare_ops, reduce_ops, bool, const)"))
         return NULL;
-    }
     PyObject **slots[] = {&unary_set, &binary_set, &compare_set, &reduce_set, &bool_dtype, &const_fn};
     for (int i = 0; i < 6; i++) {
         Py_INCREF(args[i]);
@@ -371,11 +352,20 @@ takes(Py_ssize_t nargs, Py_ssize_t wanted, const char *usage)
     return arity(nargs, wanted, usage) && configured();
 }
 
-/* Raise AssertionError(detail) (graph.py's constructors assert their invariants). */
+/* Raise AssertionError(detail), as graph.py's constructors assert their invariants; steals
+ * ``detail`` (NULL: the error of building it stands). Returns NULL. */
 static PyObject *
 fail_assert(PyObject *detail)
 {
-    PyErr_SetObject(PyExc_AssertionError, detail);
+    if (detail != NULL) {
+        /* (one argument, as ``assert ..., detail``: a tuple given as is would be the args) */
+        PyObject *error = PyObject_CallOneArg(PyExc_AssertionError, detail);
+        Py_DECREF(detail);
+        if (error != NULL) {
+            PyErr_SetObject(PyExc_AssertionError, error);
+            Py_DECREF(error);
+        }
+    }
     return NULL;
 }
 
@@ -387,7 +377,7 @@ op_and_node(PyObject *ops, PyObject *op, PyObject *x)
     int known = PySet_Contains(ops, op);
     if (known <= 0) {
         if (known == 0)
-            fail_assert(op);
+            fail_assert(Py_NewRef(op));
         return NULL;
     }
     return check_node(x) ? (NodeObject *)x : NULL;
@@ -426,7 +416,7 @@ movement(PyObject *op, PyObject *arg, NodeObject *x, PyObject *shape)
 {
     if (is_op(x, const_op))
         return const_like(x, shape);
-    return node_of_one(op, arg, x, x->dtype, shape);
+    return node_of(op, arg, PyTuple_Pack(1, x), x->dtype, shape);
 }
 
 /* ``fn(x, shape)`` for the constructors called as f(x, shape): checks the node, takes the shape
@@ -461,7 +451,7 @@ py_unary(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (x == NULL)
         return NULL;
     int isnan_op = PyUnicode_Compare(op, isnan_name) == 0;
-    return node_of_one(unary_op, op, x, isnan_op ? bool_dtype : x->dtype, x->shape);
+    return node_of(unary_op, op, PyTuple_Pack(1, x), isnan_op ? bool_dtype : x->dtype, x->shape);
 }
 
 static PyObject *
@@ -480,18 +470,12 @@ py_binary(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (same_shape < 0)
         return NULL;
     if (!known || !same_shape || y->dtype != x->dtype) {
-        PyObject *detail = PyTuple_Pack(3, op, x, y);
-        return detail == NULL ? NULL : (fail_assert(detail), Py_DECREF(detail), NULL);
+        return fail_assert(PyTuple_Pack(3, op, x, y));
     }
     int compare = PySet_Contains(compare_set, op);
     if (compare < 0)
         return NULL;
-    PyObject *srcs = PyTuple_Pack(2, x, y);
-    if (srcs == NULL)
-        return NULL;
-    PyObject *node = intern_node(binary_op, op, op, srcs, compare ? bool_dtype : x->dtype, x->shape);
-    Py_DECREF(srcs);
-    return node;
+    return node_of(binary_op, op, PyTuple_Pack(2, x, y), compare ? bool_dtype : x->dtype, x->shape);
 }
 
 static PyObject *
@@ -509,23 +493,15 @@ py_where(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (shapes < 0)
         return NULL;
     if (!shapes || x->dtype != y->dtype || cond->dtype != bool_dtype) {
-        PyObject *detail = PyTuple_Pack(3, cond, x, y);
-        return detail == NULL ? NULL : (fail_assert(detail), Py_DECREF(detail), NULL);
+        return fail_assert(PyTuple_Pack(3, cond, x, y));
     }
-    PyObject *srcs = PyTuple_Pack(3, cond, x, y);
-    if (srcs == NULL)
-        return NULL;
-    PyObject *node = intern_node(where_op, Py_None, Py_None, srcs, x->dtype, x->shape);
-    Py_DECREF(srcs);
-    return node;
+    return node_of(where_op, Py_None, PyTuple_Pack(3, cond, x, y), x->dtype, x->shape);
 }
 
 static PyObject *
 py_cast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!takes(nargs, 2, "cast(x, dtype)"))
-        return NULL;
-    if (!check_node(args[0]))
+    if (!takes(nargs, 2, "cast(x, dtype)") || !check_node(args[0]))
         return NULL;
     NodeObject *x = (NodeObject *)args[0];
     PyObject *dtype = args[1];
@@ -535,7 +511,7 @@ py_cast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (is_op(x, const_op))
         return PyObject_CallFunctionObjArgs(const_fn, x->arg, dtype, x->shape, NULL);
-    return node_of_one(cast_op, dtype, x, dtype, x->shape);
+    return node_of(cast_op, dtype, PyTuple_Pack(1, x), dtype, x->shape);
 }
 
 static PyObject *
@@ -593,7 +569,7 @@ py_reduce(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(shape, i, size);
     }
     PyObject *arg = PyTuple_Pack(2, op, axes);
-    PyObject *node = arg == NULL ? NULL : node_of_one(reduce_op, arg, x, x->dtype, shape);
+    PyObject *node = arg == NULL ? NULL : node_of(reduce_op, arg, PyTuple_Pack(1, x), x->dtype, shape);
     Py_XDECREF(arg);
     Py_DECREF(axes);
     Py_DECREF(shape);
@@ -633,8 +609,7 @@ reshape_tuple(NodeObject *x, PyObject *shape)
         if (want < 0 || have < 0)
             return NULL;
         if (want != have) {
-            PyObject *detail = PyTuple_Pack(2, x->shape, shape);
-            return detail == NULL ? NULL : (fail_assert(detail), Py_DECREF(detail), NULL);
+            return fail_assert(PyTuple_Pack(2, x->shape, shape));
         }
         if (!is_op(x, reshape_op))
             break;
@@ -673,10 +648,8 @@ expand_tuple(NodeObject *x, PyObject *shape)
             valid = old_size == 1;
         }
     }
-    if (!valid) {
-        PyObject *detail = PyTuple_Pack(2, x->shape, shape);
-        return detail == NULL ? NULL : (fail_assert(detail), Py_DECREF(detail), NULL);
-    }
+    if (!valid)
+        return fail_assert(PyTuple_Pack(2, x->shape, shape));
     return movement(expand_op, shape, x, shape);
 }
 
@@ -689,9 +662,7 @@ py_expand(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 py_shrink(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!arity(nargs, 2, "shrink(x, bounds)"))
-        return NULL;
-    if (!check_node(args[0]))
+    if (!arity(nargs, 2, "shrink(x, bounds)") || !check_node(args[0]))
         return NULL;
     NodeObject *x = (NodeObject *)args[0];
     PyObject *given = PySequence_Fast(args[1], "shrink() bounds must be a sequence");
@@ -1007,29 +978,23 @@ PyInit__native(void)
 {
     if (PyType_Ready(&NodeType) < 0 || PyType_Ready(&PendingType) < 0)
         return NULL;
+    /* The strings compared or keyed with, interned once. */
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&float_tag, "f"}, {&float_kind, "f"}, {&kind_name, "kind"}, {&scalar_tag, "scalar"},
+        {&isnan_name, "isnan"}, {&binary_op, "BINARY"}, {&unary_op, "UNARY"},
+        {&buffer_op, "BUFFER"}, {&random_op, "RANDOM"}, {&const_op, "CONST"}, {&where_op, "WHERE"},
+        {&cast_op, "CAST"}, {&reduce_op, "REDUCE"}, {&reshape_op, "RESHAPE"},
+        {&expand_op, "EXPAND"}, {&shrink_op, "SHRINK"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return NULL;
     table = PyDict_New();
-    float_tag = PyUnicode_InternFromString("f");
-    binary_op = PyUnicode_InternFromString("BINARY");
-    unary_op = PyUnicode_InternFromString("UNARY");
-    buffer_op = PyUnicode_InternFromString("BUFFER");
-    random_op = PyUnicode_InternFromString("RANDOM");
-    const_op = PyUnicode_InternFromString("CONST");
-    scalar_tag = PyUnicode_InternFromString("scalar");
-    kind_name = PyUnicode_InternFromString("kind");
-    float_kind = PyUnicode_InternFromString("f");
-    where_op = PyUnicode_InternFromString("WHERE");
-    cast_op = PyUnicode_InternFromString("CAST");
-    reduce_op = PyUnicode_InternFromString("REDUCE");
-    reshape_op = PyUnicode_InternFromString("RESHAPE");
-    expand_op = PyUnicode_InternFromString("EXPAND");
-    shrink_op = PyUnicode_InternFromString("SHRINK");
-    isnan_name = PyUnicode_InternFromString("isnan");
     pending = PyObject_New(PendingObject, &PendingType);
-    if (table == NULL || float_tag == NULL || binary_op == NULL || unary_op == NULL ||
-        buffer_op == NULL || random_op == NULL || const_op == NULL || scalar_tag == NULL ||
-        kind_name == NULL || float_kind == NULL || where_op == NULL || cast_op == NULL ||
-        reduce_op == NULL || reshape_op == NULL || expand_op == NULL || shrink_op == NULL ||
-        isnan_name == NULL || pending == NULL)
+    if (table == NULL || pending == NULL)
         return NULL;
     pending->count = 0;
     PyObject *module = PyModule_Create(&native_module);

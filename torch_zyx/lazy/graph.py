@@ -265,8 +265,8 @@ def rewrite_bottom_up(roots: list[Node], fn) -> list[Node]:
 
 def toposort(roots: list[Node]) -> list[Node]:
     """Nodes reachable from ``roots``, sources before users (iterative: graphs can be deep)."""
-    # Nodes hash by identity (no __eq__), so they key the set directly; the loop is the hot
-    # part of every realization's signature.
+    # Nodes hash by identity (no __eq__), so they key the set directly; the kernelizer and
+    # lowering walk every new graph with it.
     order: list[Node] = []
     seen: set[Node] = set()
     stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]

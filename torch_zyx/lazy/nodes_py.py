@@ -215,17 +215,7 @@ def binary_node(op: str, x: Node, y: Node, dtype: DType) -> Node:
 
 def unary_node(op: str, x: Node) -> Node:
     """``unary(op, x)`` for an ``op`` whose result has ``x``'s dtype (all but isnan)."""
-    srcs = (x,)
-    dtype, shape = x.dtype, x.shape
-    key = ("UNARY", op, srcs, dtype, shape)
-    if _unfiled:
-        _file()
-    ref = _lookup(key)
-    if ref is not None:
-        node = ref()
-        if node is not None:
-            return node
-    return _build(key, "UNARY", op, srcs, dtype, shape)
+    return intern("UNARY", op, op, (x,), x.dtype, x.shape)
 
 
 # Bound once: interning is the hot path of recording (the table is never replaced).
