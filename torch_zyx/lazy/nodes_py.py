@@ -2,11 +2,11 @@
 
 Stage 2 of the flow (dispatch → **lazy graph** → kernelizer → ...). ``graph.py`` builds its
 nodes through this module's surface, the same as the C module's: ``Node``, ``intern``,
-``binary_node``, ``unary_node``, ``pending``, ``file_unfiled``, ``signature`` (the schedule
-cache's key) and graph.py's hot constructors (``unary``, ``binary``, ``where``, ``cast``,
-``reduce``, ``reshape``, ``expand``, ``shrink``, ``const_like``; after ``configure``). The C
-module is used when it is built (``pip install`` compiles it) and ``ZYX_NATIVE`` is not
-``0``; this one otherwise, and by the tests that check the two agree.
+``binary_node``, ``unary_node``, ``pending``, ``file_unfiled``, ``table_size``, ``signature``
+(the schedule cache's key) and graph.py's hot constructors (``unary``, ``binary``, ``where``,
+``cast``, ``reduce``, ``reshape``, ``expand``, ``shrink``, ``const_like``; after
+``configure``). The C module is used when it is built (``pip install`` compiles it) and
+``ZYX_NATIVE`` is not ``0``; this one otherwise, and by the tests that check the two agree.
 """
 
 from __future__ import annotations
@@ -211,6 +211,12 @@ def binary_node(op: str, x: Node, y: Node, dtype: DType) -> Node:
     _newest.node = node
     pending.count += 1
     return node
+
+
+def table_size() -> int:
+    """Live interned nodes (those recorded since the last lookup filed first)."""
+    file_unfiled()
+    return len(_interned)
 
 
 def unary_node(op: str, x: Node) -> Node:
