@@ -12,6 +12,7 @@ import torch
 from conftest import ZYX0_BACKEND, assert_close
 
 import torch_zyx
+from torch_zyx import device_guard, dispatch
 from torch_zyx.config import CONFIG
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,17 +181,75 @@ def test_no_fallback_raises(monkeypatch):
         torch.histc(x)
 
 
-def test_no_fallback_in_backward_raises_after_it(monkeypatch):
+_NATIVE_GUARD = pytest.mark.skipif(not device_guard.native(), reason="the C++ device guard is not in use "
+                                   "(no C++ compiler, or ZYX_NATIVE=0): PyTorch's Python guard terminates "
+                                   "the process on an error inside a backward")
+
+
+@_NATIVE_GUARD
+def test_error_in_backward_raises_from_backward(monkeypatch):
+    # sin's backward (a C++ autograd node) calls cos on zyx; its lowering raises there. The error
+    # leaves backward() as on CPU, and the device works on after it.
+    def failing_cos(*args):
+        raise RuntimeError("cos failed inside a backward")
+
+    monkeypatch.setitem(dispatch._LOWERING_OF, torch.ops.aten.cos.default._name, failing_cos)
+    x = torch.randn(4, 4, device="zyx", requires_grad=True)
+    with pytest.raises(RuntimeError, match="cos failed inside a backward"):
+        x.sin().sum().backward()
+    monkeypatch.undo()
+    x.grad = None
+    x.sin().sum().backward()
+    assert_close(x.grad, x.detach().cpu().cos())
+
+
+@_NATIVE_GUARD
+def test_no_fallback_in_backward_raises_from_backward(monkeypatch):
     # hardshrink's backward decomposes into ops including prims.device_put, whose lowering is
-    # taken out. Raised inside autograd's engine the error would abort the process (PyTorch's
-    # Python device guard); it is raised at the next read instead, and the state is clean after.
+    # taken out: with ZYX_CPU_FALLBACK=0 the NotImplementedError leaves backward().
     monkeypatch.setattr(CONFIG, "cpu_fallback", False)
     _hide_lowering(monkeypatch, torch.ops.prims.device_put.default)
     x = torch.randn(6, device="zyx", requires_grad=True)
-    torch.nn.functional.hardshrink(x, 0.5).sum().backward()
-    with pytest.raises(NotImplementedError, match=r"no lowering for prims\.device_put.*=0"):
-        x.grad.cpu()
+    with pytest.raises(NotImplementedError, match=r"no lowering for .*ZYX_CPU_FALLBACK=0"):
+        torch.nn.functional.hardshrink(x, 0.5).sum().backward()
     assert (x * 2).cpu().shape == (6,)
+
+
+_DEFERRED_SCRIPT = """
+import torch
+from torch_zyx import device_guard
+from torch_zyx.config import CONFIG
+from torch_zyx.ops import registry
+assert not device_guard.native()
+CONFIG.cpu_fallback = False
+del registry.LOWERINGS[torch.ops.prims.device_put.default]
+x = torch.randn(6, device='zyx', requires_grad=True)
+torch.nn.functional.hardshrink(x, 0.5).sum().backward()
+try:
+    x.grad.cpu()
+except NotImplementedError as exc:
+    print('deferred:', exc)
+print('after:', tuple((x * 2).cpu().shape))
+"""
+
+
+def test_no_fallback_in_backward_under_python_guard_raises_after_it():
+    # Under PyTorch's Python guard (ZYX_NATIVE=0, or no C++ compiler) an exception inside a
+    # backward would terminate the process: the missing lowering runs on the CPU there and its
+    # error is raised at the next read, and the state is clean after.
+    result = _run(_DEFERRED_SCRIPT, ZYX_NATIVE="0")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"deferred: zyx: no lowering for prims\.device_put.*=0", result.stdout), result.stdout
+    assert "after: (6,)" in result.stdout
+
+
+def test_native_guard_is_used_where_it_can_be_built():
+    # The C++ guard is built wherever a C++ compiler and torch's headers exist; it failing to
+    # build there would bring back the terminated processes (see device_guard.py).
+    headers = Path(torch.__file__).parent / "include" / "c10" / "core" / "impl" / "DeviceGuardImplInterface.h"
+    if not CONFIG.native or device_guard.compiler() is None or not headers.exists():
+        pytest.skip("no C++ compiler or torch headers here, or ZYX_NATIVE=0: the Python guard is expected")
+    assert device_guard.native()
 
 
 def test_fallback_runs_on_cpu_and_counts(counters, monkeypatch):

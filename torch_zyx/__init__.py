@@ -34,9 +34,11 @@ def _register() -> None:
     _registered = True
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    from . import device_module, dispatch  # noqa: F401  (dispatch registers the lowerings)
+    from . import device_guard, device_module, dispatch  # noqa: F401  (dispatch registers the lowerings)
     from .ops import factory
 
+    # Before the set-up below, which registers PyTorch's Python guard unless one exists.
+    device_guard.install()
     _setup_privateuseone_for_python_backend("zyx", backend_module=device_module.ZyxModule(),
                                             hook=device_module.Hooks(), device_guard=device_module.Guard())
     lib = torch.library.Library("aten", "IMPL")

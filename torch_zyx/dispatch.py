@@ -22,6 +22,7 @@ import torch
 from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_map
 
+from . import device_guard
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
@@ -196,11 +197,12 @@ def cpu_fallback(func, args, kwargs):
     if not CONFIG.cpu_fallback:
         error = NotImplementedError(f"zyx: no lowering for {name} (dtypes {', '.join(dtypes_)}) and "
                                     "ZYX_CPU_FALLBACK=0")
-        if torch._C._current_autograd_node() is None:
+        if device_guard.native() or torch._C._current_autograd_node() is None:
             raise error
-        # Inside a backward node run by autograd's engine an exception aborts the process
-        # (PyTorch's Python device guard calls back into Python while the error is still set,
-        # std::terminate): compute on the CPU and raise at the next realization outside it.
+        # Under PyTorch's Python device guard (no C++ compiler, or ZYX_NATIVE=0) an exception
+        # inside a backward node run by autograd's engine aborts the process (the guard calls
+        # into Python while the error is still set, std::terminate): compute on the CPU and
+        # raise at the next realization outside it.
         defer_error(error)
     bump("cpu_fallbacks")
     if name not in _warned:

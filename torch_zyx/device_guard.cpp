@@ -1,0 +1,56 @@
+// The zyx device guard: what PyTorch calls to switch device and stream around every op and
+// every autograd node on the zyx device (c10::impl::DeviceGuardImplInterface for PrivateUse1).
+//
+// Built and loaded by device_guard.py, registered before PyTorch's Python backend set-up.
+// PyTorch's own Python-backend guard (torch._C._acc.DeviceGuard) asks Python for the device
+// type on every call, including from the noexcept destructor of the stream guard that
+// autograd's engine holds around each backward node: when a zyx op raised inside a backward,
+// that call ran with the Python error still set and the process was terminated. This guard
+// never enters Python. Its behaviour is that guard's: one device index, 0, and one default
+// stream; zyx orders its work with its own events (memory/events.py), so streams and events
+// here are no-ops.
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+namespace {
+
+using c10::Device;
+using c10::DeviceIndex;
+using c10::DeviceType;
+using c10::Stream;
+
+constexpr DeviceType kZyx = DeviceType::PrivateUse1;
+
+Device zyx_device() { return Device(kZyx, 0); }
+
+Stream default_stream() { return Stream(Stream::DEFAULT, zyx_device()); }
+
+struct ZyxGuard final : public c10::impl::DeviceGuardImplInterface {
+  DeviceType type() const override { return kZyx; }
+  Device exchangeDevice(Device) const override { return zyx_device(); }
+  Device getDevice() const override { return zyx_device(); }
+  void setDevice(Device) const override {}
+  void uncheckedSetDevice(Device) const noexcept override {}
+  Stream getStream(Device) const noexcept override { return default_stream(); }
+  Stream getNewStream(Device, int) const override { return default_stream(); }
+  Stream exchangeStream(Stream) const noexcept override { return default_stream(); }
+  DeviceIndex deviceCount() const noexcept override { return 1; }
+  void record(void**, const Stream&, const DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const DeviceIndex) const noexcept override {}
+  bool queryStream(const Stream&) const override { return true; }
+  void synchronizeStream(const Stream&) const override {}
+};
+
+}  // namespace
+
+// 1 when this guard is now PrivateUse1's, 0 when another one was registered first. The guard
+// is never freed: PyTorch's registry does not own its guards and may use them until exit.
+extern "C" int zyx_register_device_guard() {
+  if (c10::impl::hasDeviceGuardImpl(kZyx)) {
+    return 0;
+  }
+  c10::impl::registerDeviceGuard(kZyx, new ZyxGuard());
+  return 1;
+}

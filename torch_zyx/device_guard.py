@@ -1,0 +1,109 @@
+"""The zyx device guard: built from ``device_guard.cpp`` and registered with PyTorch.
+
+Part of registering the device (``torch_zyx._register``), before PyTorch's Python-backend
+set-up, which would otherwise register its Python guard. That guard calls into Python from
+the stream guard autograd's engine holds around every backward node, also while an exception
+unwinds it: an error raised by a zyx op inside a backward terminated the process. The C++
+guard never enters Python, so such an error propagates out of ``backward()`` as on CPU.
+
+The source is compiled once per torch build with the system's C++ compiler against the
+headers every torch wheel ships, and the library is cached next to the compiled kernels
+(``ZYX_CACHE_DIR``/guard; with ``ZYX_DISK_CACHE=0`` it is compiled for the process). Without
+a compiler (or with ``ZYX_NATIVE=0``) PyTorch's Python guard stays, and errors inside a
+backward are deferred as far as zyx can (see ``dispatch.cpu_fallback``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .config import CONFIG
+
+log = logging.getLogger("torch_zyx")
+
+SOURCE = Path(__file__).with_name("device_guard.cpp")
+_COMPILERS = ("c++", "g++", "clang++")
+# Whether the C++ guard is PrivateUse1's; set once by ``install``.
+_state = {"native": False}
+
+
+def native() -> bool:
+    """Whether the zyx device runs under the C++ guard (errors inside a backward propagate)."""
+    return _state["native"]
+
+
+def compiler() -> str | None:
+    """The C++ compiler the guard is built with, if this machine has one."""
+    for name in _COMPILERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def build_command(cxx: str, output: Path) -> list[str]:
+    """How the guard library is compiled (shown with the compiler's output when it fails)."""
+    torch_dir = Path(torch.__file__).parent
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    lib = torch_dir / "lib"
+    return [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            f"-I{torch_dir / 'include'}", str(SOURCE), f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}",
+            "-o", str(output)]
+
+
+def _library(cxx: str, directory: Path) -> Path:
+    """The compiled guard for this torch build in ``directory``, compiled when not there yet."""
+    # One library per source, torch build and compiler: a torch upgrade changes the headers.
+    identity = f"{torch.__version__}|{Path(torch.__file__).parent}|{cxx}".encode()
+    digest = hashlib.sha1(SOURCE.read_bytes() + identity).hexdigest()[:16]
+    library = directory / f"zyx_guard_{digest}.so"
+    if library.exists():
+        return library
+    directory.mkdir(parents=True, exist_ok=True)
+    # Written under a name of this process's, then renamed: processes starting together (test
+    # workers) each compile, and none loads a half-written library.
+    partial = library.with_name(f"{library.name}.{os.getpid()}.tmp")
+    command = build_command(cxx, partial)
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"compiling the zyx device guard failed ({result.returncode}):\n"
+                           f"{' '.join(command)}\n{result.stderr}")
+    os.replace(partial, library)
+    return library
+
+
+def _load(cxx: str) -> ctypes.CDLL:
+    if CONFIG.disk_cache:
+        return ctypes.CDLL(str(_library(cxx, CONFIG.cache_dir / "guard")))
+    # ZYX_DISK_CACHE=0: compiled for this process only (a loaded library outlives its file).
+    with tempfile.TemporaryDirectory(prefix="zyx-guard-") as directory:
+        return ctypes.CDLL(str(_library(cxx, Path(directory))))
+
+
+def install() -> bool:
+    """Register the C++ guard for the zyx device; False (PyTorch's Python guard stays) when
+    ``ZYX_NATIVE=0``, without a C++ compiler, or when it cannot be built or loaded."""
+    if not CONFIG.native:
+        return False
+    cxx = compiler()
+    if cxx is None:
+        log.info("zyx: no C++ compiler (%s): PyTorch's Python device guard is used, and an "
+                 "error inside a backward may terminate the process", ", ".join(_COMPILERS))
+        return False
+    try:
+        library = _load(cxx)
+    except (OSError, RuntimeError) as exc:
+        log.warning("zyx: the C++ device guard is not available, PyTorch's Python one is used: %s", exc)
+        return False
+    _state["native"] = library.zyx_register_device_guard() == 1
+    return _state["native"]
