@@ -94,6 +94,30 @@ def test_layer_norm(dev):
     assert_close(got, torch.nn.functional.layer_norm(x, (64,), w, b), rtol=1e-4, atol=1e-4)
 
 
+def _on_cpu_runtime(dev) -> bool:
+    return dev.type == "zyx" and realize.devices()[dev.index].runtime.name == "cpu"
+
+
+def _launched(monkeypatch, compute):
+    """``compute()``'s result, realized, and the sources of the CPU programs its realization
+    launched (not the newest compiled program: an earlier test in this process may have
+    compiled the same kernel, which then is not compiled again)."""
+    from torch_zyx.runtime.cpu import CPUProgram
+
+    sources = []
+    launch = CPUProgram.launch
+
+    def recording_launch(self, *args):
+        sources.append(self.source)
+        return launch(self, *args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CPUProgram, "launch", recording_launch)
+        result = compute()
+        torch.zyx.synchronize()
+    return result, sources
+
+
 # Row kernels: on the CPU the loop storing row r also accumulates row r + 1's first reduces
 # (those reading only the row: all of layer norm's, softmax's maximum), each chunk of rows
 # computing its first row's before and storing its last row after. Chunks of one row
@@ -101,15 +125,15 @@ def test_layer_norm(dev):
 # size-1 axes inside the row.
 @pytest.mark.parametrize("shape, dims", [((600, 1029), 1), ((16, 25000), 1), ((2, 4096), 1),
                                          ((3, 5, 64), 1), ((4, 6, 40), 2), ((7, 1, 33), 2)])
-def test_pipelined_row_kernels(dev, shape, dims):
+def test_pipelined_row_kernels(dev, shape, dims, monkeypatch):
     x, w, b = torch.randn(*shape) * 3 + 1, torch.randn(*shape[-dims:]), torch.randn(*shape[-dims:])
-    xd = x.to(dev)
+    xd, wd, bd = x.to(dev), w.to(dev), b.to(dev)
     axes = tuple(range(-dims, 0))
-    got = torch.nn.functional.layer_norm(xd, shape[-dims:], w.to(dev), b.to(dev))
+    got, sources = _launched(monkeypatch, lambda: torch.nn.functional.layer_norm(xd, shape[-dims:], wd, bd))
     assert_close(got, torch.nn.functional.layer_norm(x, shape[-dims:], w, b), rtol=1e-4, atol=1e-4)
-    if dev.type == "zyx" and realize.devices()[dev.index].runtime.name == "cpu":
-        newest = list(realize.devices()[dev.index].programs)[-1]
-        assert re.search(r"add nsw i64 %end, -1", newest), "layer norm's row loop is not pipelined"
+    if _on_cpu_runtime(dev):
+        assert sources and all(re.search(r"add nsw i64 %end, -1", source) for source in sources), \
+            "layer norm's row loop is not pipelined"
     rms = xd * torch.rsqrt((xd * xd).mean(axes, keepdim=True) + 1e-6)
     assert_close(rms, x * torch.rsqrt((x * x).mean(axes, keepdim=True) + 1e-6), rtol=1e-4, atol=1e-5)
     assert_close(xd / xd.abs().sum(axes, keepdim=True), x / x.abs().sum(axes, keepdim=True),
@@ -121,10 +145,11 @@ def test_pipelined_row_kernels(dev, shape, dims):
     # loop reads back the exponentials the sum loop wrote) and log_softmax.
     flat, flat_d = x.flatten(-dims), xd.flatten(-dims)
     # (rtol 1e-4: sums over up to 25000 values)
-    assert_close(torch.softmax(flat_d, -1), torch.softmax(flat, -1), rtol=1e-4, atol=1e-5)
-    if dev.type == "zyx" and realize.devices()[dev.index].runtime.name == "cpu":
-        newest = list(realize.devices()[dev.index].programs)[-1]
-        assert re.search(r"add nsw i64 %end, -1", newest), "softmax's row loop is not pipelined"
+    got, sources = _launched(monkeypatch, lambda: torch.softmax(flat_d, -1))
+    assert_close(got, torch.softmax(flat, -1), rtol=1e-4, atol=1e-5)
+    if _on_cpu_runtime(dev):
+        assert sources and all(re.search(r"add nsw i64 %end, -1", source) for source in sources), \
+            "softmax's row loop is not pipelined"
     assert_close(torch.log_softmax(flat_d, -1), torch.log_softmax(flat, -1), rtol=1e-4, atol=1e-5)
 
 
@@ -195,7 +220,7 @@ def test_half_casts_round_in_kernel(dev, dtype):
 def test_large_outputs(dev, monkeypatch):
     # Over a few MB the CPU kernels store past the caches (non-temporal vector stores, then a
     # fence before the chunk reports done): odd sizes leave a scalar tail after the vector loop.
-    cpu = dev.type == "zyx" and realize.devices()[dev.index].runtime.name == "cpu"
+    cpu = _on_cpu_runtime(dev)
     if cpu:
         # The device streams from a quarter of its last-level cache up (75 MB on a 300 MB L3):
         # these sizes stream with the renderer's base threshold.
@@ -208,27 +233,25 @@ def test_large_outputs(dev, monkeypatch):
     assert_close(xd * 2 + 1, x * 2 + 1)
     assert_close((xd.double() - 1).to(dev), x.double() - 1)
     assert_close((xd > 0).to(torch.int64), (x > 0).to(torch.int64))
-    got = torch.nn.functional.layer_norm(rows.to(dev), (1031,), w.to(dev), b.to(dev))
+    rows_d, w_d, b_d = rows.to(dev), w.to(dev), b.to(dev)
+    got, sources = _launched(monkeypatch, lambda: torch.nn.functional.layer_norm(rows_d, (1031,), w_d, b_d))
     assert_close(got, torch.nn.functional.layer_norm(rows, (1031,), w, b), rtol=1e-4, atol=1e-4)
     if cpu:
-        sources = list(realize.devices()[dev.index].programs)
-        assert any("zyx-stream-stores" in source for source in sources)
-        # The rows stream in (prefetched past the caches); the weight and bias, read again for
-        # every row, do not: one streamed slot in the layer norm kernel.
-        # (randn's kernels also stream and use sqrt: one of the kernels is layer norm's)
-        norm = [source for source in sources if "@llvm.sqrt" in source and "zyx-stream-stores" in source]
-        assert any(re.search(r'"zyx-prefetch"="\d+:512:0"', source) for source in norm)
+        # One kernel, storing past the caches; the rows stream in (prefetched past the caches),
+        # the weight and bias, read again for every row, do not: one streamed slot.
+        assert len(sources) == 1 and "zyx-stream-stores" in sources[0]
+        assert re.search(r'"zyx-prefetch"="\d+:512:0"', sources[0])
         # softmax keeps its rows in cache (three passes over each) and reads the next row as it
         # stores this one (pipelined): no software prefetch.
-        soft = torch.randn(600, 1031)
-        assert_close(torch.softmax(soft.to(dev), -1), torch.softmax(soft, -1))
-        newest = list(realize.devices()[dev.index].programs)[-1]
-        assert "%end, -1" in newest and "zyx-prefetch" not in newest
+        soft = torch.randn(600, 1031).to(dev)
+        got, sources = _launched(monkeypatch, lambda: torch.softmax(soft, -1))
+        assert_close(got, torch.softmax(soft.cpu(), -1))
+        assert sources and all("%end, -1" in s and "zyx-prefetch" not in s for s in sources)
         # A row read in one pass is left to the hardware prefetcher.
-        once = torch.randn(600, 1033)
-        assert_close(once.to(dev).sum(-1), once.sum(-1), rtol=1e-4, atol=1e-4)
-        newest = list(realize.devices()[dev.index].programs)[-1]
-        assert "fadd" in newest and "zyx-prefetch" not in newest
+        once = torch.randn(600, 1033).to(dev)
+        got, sources = _launched(monkeypatch, lambda: once.sum(-1))
+        assert_close(got, once.cpu().sum(-1), rtol=1e-4, atol=1e-4)
+        assert sources and all("fadd" in s and "zyx-prefetch" not in s for s in sources)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int8, torch.uint8])
