@@ -580,7 +580,8 @@ fail:
     return NULL;
 }
 
-/* The product of a shape's sizes, -1 with an error set on failure. */
+/* The product of a shape's sizes; on failure -1 with an error set (a shape with negative sizes
+   has a negative product too: callers tell the two apart by PyErr_Occurred). */
 static Py_ssize_t
 shape_numel(PyObject *shape)
 {
@@ -606,7 +607,7 @@ reshape_tuple(NodeObject *x, PyObject *shape)
             return (PyObject *)x;
         }
         Py_ssize_t want = shape_numel(shape), have = shape_numel(x->shape);
-        if (want < 0 || have < 0)
+        if ((want == -1 || have == -1) && PyErr_Occurred())
             return NULL;
         if (want != have) {
             return fail_assert(PyTuple_Pack(2, x->shape, shape));
