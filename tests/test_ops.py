@@ -730,6 +730,72 @@ def test_errors_match_cpu(index):
         fn(a.to("zyx"), b.to("zyx"))
 
 
+def _long(*values):
+    return torch.tensor(values)
+
+
+F = torch.nn.functional
+# Argument checks ATen makes that a lowering must make too (zyx would otherwise compute something):
+# (call on a 3x4 float tensor and an int64 0..11 tensor of the same shape, on the device).
+ARGUMENT_ERROR_CASES = {
+    "layer_norm empty shape": lambda a, i: torch.native_layer_norm(a, (), None, None, 1e-5),
+    "layer_norm weight shape": lambda a, i: torch.native_layer_norm(a, (4,), a[0, :3], None, 1e-5),
+    "layer_norm bias shape": lambda a, i: torch.native_layer_norm(a, (4,), None, a[:, 0], 1e-5),
+    "layer_norm input shape": lambda a, i: F.layer_norm(a, (3,)),
+    "gelu approximate": lambda a, i: F.gelu(a, approximate="asdf"),
+    "normal_ negative std": lambda a, i: a.normal_(0, -1),
+    "uniform_ empty range": lambda a, i: a.uniform_(3, -1),
+    "eye negative n": lambda a, i: torch.eye(-1, device=a.device),
+    "eye negative m": lambda a, i: torch.eye(2, -3, device=a.device),
+    "max dim out of range": lambda a, i: torch.max(a[0], 2),
+    "min dim out of range": lambda a, i: torch.min(a, -3),
+    "max_pool2d negative pad": lambda a, i: F.max_pool2d(a[None], 2, padding=-1),
+    "max_pool2d pad over half": lambda a, i: F.max_pool2d(a[None], 2, padding=2),
+    "max_pool2d empty plane": lambda a, i: F.max_pool2d(a[None, :0], 1),
+    "max_pool2d output too small": lambda a, i: F.max_pool2d(a[None], 5),
+    "max_pool1d pad over half": lambda a, i: F.max_pool1d(a, 2, padding=2),
+    "max_pool3d empty dimension": lambda a, i: F.max_pool3d(a[None, None, :0], 1),
+    "avg_pool2d divisor zero": lambda a, i: F.avg_pool2d(a[None], 2, divisor_override=0),
+    "avg_pool2d pad over half": lambda a, i: F.avg_pool2d(a[None], 2, padding=3),
+    "adaptive_max_pool2d output rank": lambda a, i: F.adaptive_max_pool2d(a[None], ()),
+    "adaptive_max_pool2d negative output": lambda a, i: F.adaptive_max_pool2d(a[None], (-1, 2)),
+    "dot dtypes": lambda a, i: torch.dot(a[0], a[1, :3].double()),
+    "masked_scatter float mask": lambda a, i: a.masked_scatter(a, a),
+    "take out= overlaps input": lambda a, i: torch.take(a, i[0, :3], out=a[0, :3]),
+    "index_select out= overlaps input": lambda a, i: torch.index_select(a, 0, i[0, :2], out=a[1:]),
+    "masked_select out= is input": lambda a, i: torch.masked_select(a, a > 0, out=a),
+    "take out= expanded": lambda a, i: torch.take(a, i[0, :3], out=torch.empty(1, device=a.device).expand(3)),
+    "add out= expanded": lambda a, i: torch.add(a, 1, out=torch.empty(1, 4, device=a.device).expand(3, 4)),
+    "gather out= overlaps input": lambda a, i: torch.gather(a, 1, i[:1, :2] % 4, out=a[:1, :2]),
+    "gather out= dtype": lambda a, i: torch.gather(a, 1, i % 4, out=torch.empty(3, 4, dtype=torch.float64,
+                                                                                 device=a.device)),
+    "aminmax out= dtype": lambda a, i: torch.aminmax(a, dim=0, out=(torch.empty(4, dtype=torch.int32,
+                                                                                device=a.device), a[0])),
+}
+
+
+@pytest.mark.parametrize("name", ARGUMENT_ERROR_CASES)
+def test_argument_errors_match_cpu(name):
+    fn = ARGUMENT_ERROR_CASES[name]
+    a, i = make((3, 4), torch.float32, seed=1), torch.arange(12).reshape(3, 4)
+    with pytest.raises(Exception) as cpu_error:
+        fn(a, i)
+    with pytest.raises(cpu_error.type) as zyx_error:
+        fn(a.to("zyx"), i.to("zyx"))
+    # (the CPU's message may start with the name of its kernel, "max_pool3d_..._cpu_template(): ")
+    assert str(cpu_error.value).endswith(str(zyx_error.value))
+
+
+def test_negative_sizes_raise_assertions_in_the_node_table():
+    # A shape with a negative size has a negative element count: the C table took it for its
+    # own error value and raised SystemError ("returned NULL without setting an exception").
+    from torch_zyx.lazy import graph as g
+
+    for shape in [(-1,), (-4,), (2, -2)]:
+        with pytest.raises(AssertionError):
+            g.reshape(g.iota((4,)), shape)
+
+
 # ---------------------------------------------------------------------------- sort and scan (opinfo-a)
 
 SORT_DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.bool]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import warnings
 
 import torch
@@ -26,7 +27,7 @@ from . import device_guard
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
-from .tensor import ZyxTensor, defer_error, from_cpu, read, set_dispatcher, to_cpu, wrap, write
+from .tensor import ZyxTensor, defer_error, from_cpu, meta, read, set_dispatcher, to_cpu, wrap, write
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
@@ -76,6 +77,71 @@ def _out_names(func) -> frozenset:
 
 def _out_args(func, kwargs):
     return [kwargs[a.name] for a in func._schema.arguments if a.is_out and a.name in kwargs]
+
+
+# Ops whose out= forms ATen refuses when the output shares any memory with an input, even the
+# very same elements (assert_no_overlap; elementwise ops accept an output that is exactly an input).
+_NO_OVERLAP_OUT = frozenset({"index_select", "take", "masked_select", "gather", "kthvalue"})
+_INTERNAL_OVERLAP_ERROR = ("unsupported operation: more than one element of the written-to tensor refers to "
+                           "a single memory location. Please clone() the tensor before performing the "
+                           "operation.")
+_OVERLAP_ERROR = ("unsupported operation: some elements of the input tensor and the written-to tensor "
+                  "refer to a single memory location. Please clone() the tensor before performing the "
+                  "operation.")
+
+
+# Ops whose out= forms must have the result's dtype exactly (ATen's structured kernels that are
+# not elementwise), and the names ATen's messages give dtypes there (TypeMeta's).
+_EXACT_DTYPE_OUT = frozenset({"gather", "aminmax"})
+_TYPE_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+                    torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
+                    torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
+                    torch.bool: "bool"}
+
+
+def _check_out_dtype(func, outs, results) -> None:
+    if func._schema.name.split("::")[-1] not in _EXACT_DTYPE_OUT:
+        return
+    for out, value in zip(outs, results):
+        if out.dtype != value.dtype:
+            names = [_TYPE_META_NAMES.get(t, str(t)) for t in (value.dtype, out.dtype)]
+            raise RuntimeError(f"Expected out tensor to have dtype {names[0]}, but got {names[1]} instead")
+
+
+def _dense_span(t) -> tuple[int, int] | None:
+    """The element range [start, end) of ``t``'s storage that ``t`` covers when its elements fill it
+    without gaps or repeats (any order of axes), else None: like ATen, overlap is only judged there."""
+    shape, strides, offset, _dense = meta(t)
+    axes = sorted((stride, size) for size, stride in zip(shape, strides) if size != 1)
+    expected = 1
+    for stride, size in axes:
+        if stride != expected:
+            return None
+        expected *= size
+    return offset, offset + math.prod(shape)
+
+
+def _check_out_overlap(func, outs, args) -> None:
+    """ATen's assert_no_internal_overlap for every out= tensor (an expanded one: two of its
+    elements would be one memory location), and its assert_no_overlap with the inputs for the
+    out= forms of ``_NO_OVERLAP_OUT``."""
+    for out in outs:
+        if isinstance(out, ZyxTensor) and any(stride == 0 and size > 1 for size, stride in
+                                              zip(out.shape, out.stride())):
+            raise RuntimeError(_INTERNAL_OVERLAP_ERROR)
+    if func._schema.name.split("::")[-1] not in _NO_OVERLAP_OUT:
+        return
+    inputs = [a for a in args if isinstance(a, ZyxTensor)]
+    for out in outs:
+        if not isinstance(out, ZyxTensor) or out.numel() == 0:
+            continue
+        span = _dense_span(out)
+        for tensor in inputs:
+            if tensor._storage is not out._storage or tensor.numel() == 0:
+                continue
+            other = _dense_span(tensor)
+            if span is not None and other is not None and span[0] < other[1] and other[0] < span[1]:
+                raise RuntimeError(_OVERLAP_ERROR)
 
 
 def _assign(dst, value) -> None:
@@ -135,8 +201,10 @@ def _dispatch_unlowered(func, args, kwargs):
         outs = _out_args(func, kwargs) if out_names else []
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names} if kwargs else kwargs
         if outs:
+            _check_out_overlap(func, outs, args)
             result = dispatch(functional, args, call_kwargs)
             results = result if isinstance(result, (tuple, list)) else (result,)
+            _check_out_dtype(func, outs, results)
             for dst, value in zip(outs, results):
                 _assign(dst, value)
             return outs[0] if len(outs) == 1 else tuple(outs)

@@ -86,6 +86,11 @@ def relu(x: Node) -> Node:
     return maximum(x, c(0, x)) if x.dtype.kind != "b" else x
 
 
+def check_gelu_approximate(approximate: str) -> None:
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
+
+
 def gelu(x: Node, approximate: str = "none") -> Node:
     if approximate == "tanh":
         inner = mul(c(math.sqrt(2 / math.pi), x), add(x, mul(c(0.044715, x), mul(x, mul(x, x)))))
@@ -508,12 +513,14 @@ def addc_by_tensor(x, t1, t2, value, divide: bool):
 
 @register(aten.gelu.default)
 def gelu_(x, approximate="none"):
+    check_gelu_approximate(approximate)
     compute, result = result_dtype(x, kind=PROMOTE_INT_TO_FLOAT)
     return new(cast(gelu(operand(x, compute), approximate), result), _device([x]))
 
 
 @register(aten.gelu_backward.default)
 def gelu_backward(grad, x, approximate="none"):
+    check_gelu_approximate(approximate)
     compute, result = result_dtype(grad, x, kind=PROMOTE_INT_TO_FLOAT)
     gn, xn = operand(grad, compute), operand(x, compute)
     if approximate == "tanh":

@@ -256,6 +256,9 @@ def linspace_out(start, end, steps, out=None):
 @register(aten.eye.default, aten.eye.m)
 def eye(n, m=None, dtype=None, layout=None, device=None, pin_memory=None):
     m = n if m is None else m
+    for name, size in (("n", n), ("m", m)):
+        if size < 0:
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {size}")
     dtype = dtype or torch.get_default_dtype()
     index = torch.device(device).index if device is not None else None
     rows = g.expand(g.reshape(g.iota((n,)), (n, 1)), (n, m))
@@ -380,6 +383,8 @@ def normal_node(shape, device, dtype) -> g.Node:
 
 @register(aten.uniform_.default)
 def uniform_(x, from_=0.0, to=1.0, generator=None):
+    if from_ > to:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_:g} > to={to:g}")
     u = g.cast(uniform_node(x.shape, x._storage.device), zdtype(x.dtype) if x.dtype.is_floating_point
                else dtypes.float32)
     span = g.const(to - from_, u.dtype, u.shape)
@@ -389,6 +394,8 @@ def uniform_(x, from_=0.0, to=1.0, generator=None):
 
 @register(aten.normal_.default)
 def normal_(x, mean=0.0, std=1.0, generator=None):
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
     z = normal_node(x.shape, x._storage.device, zdtype(x.dtype))
     write(x, g.binary("add", g.const(mean, z.dtype, z.shape),
                       g.binary("mul", z, g.const(std, z.dtype, z.shape))))

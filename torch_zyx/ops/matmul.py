@@ -119,13 +119,13 @@ def addmv(bias, a, v, beta=1, alpha=1):
 def dot(a, b):
     if a.dim() != 1 or b.dim() != 1:
         raise RuntimeError(f"1D tensors expected, but got {a.dim()}D and {b.dim()}D tensors")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {_name(a.dtype)} and "
+                           f"{_name(b.dtype)}")
     if a.shape[0] != b.shape[0]:
         raise RuntimeError(f"inconsistent tensor size, expected tensor [{a.shape[0]}] and src [{b.shape[0]}] "
                            "to have the same number of elements, but got {} and {} elements respectively"
                            .format(a.shape[0], b.shape[0]))
-    if a.dtype != b.dtype:
-        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {_name(a.dtype)} and "
-                           f"{_name(b.dtype)}")
     an, bn = _acc(read(a)), _acc(read(b))
     out = (g.reshape(g.reduce("sum", g.binary("mul", an, bn), (0,)), ()) if a.shape[0]
            else g.const(0, an.dtype, ()))

@@ -10,7 +10,7 @@ import math
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import read, wrap, zdtype
+from ..tensor import meta, read, wrap, zdtype
 from .registry import aten, register
 
 
@@ -79,9 +79,30 @@ def log_softmax_backward(grad, out, dim, input_dtype):
     return wrap(g.cast(res, zdtype(input_dtype)), grad._storage.device)
 
 
+def _check_layer_norm(shape: tuple, normalized_shape: list, weight, bias) -> None:
+    """ATen's argument checks of layer_norm, with its messages."""
+    normalized = tuple(normalized_shape)
+    if (normalized and shape[len(shape) - len(normalized):] == normalized
+            and (weight is None or meta(weight)[0] == normalized)
+            and (bias is None or meta(bias)[0] == normalized)):
+        return  # (every call: the messages below are only built for a mistake)
+    normalized = list(normalized)
+    if not normalized:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
+                           "least one element, but got normalized_shape = []")
+    for name, tensor in (("weight", weight), ("bias", bias)):
+        if tensor is not None and list(tensor.shape) != normalized:
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} "
+                               f"of shape {list(tensor.shape)} and normalized_shape = {normalized}")
+    if len(shape) < len(normalized) or list(shape[len(shape) - len(normalized):]) != normalized:
+        raise RuntimeError(f"Given normalized_shape={normalized}, expected input with shape "
+                           f"[*, {', '.join(map(str, normalized))}], but got input of size{list(shape)}")
+
+
 @register(aten.native_layer_norm.default)
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     node = read(x)
+    _check_layer_norm(node.shape, normalized_shape, weight, bias)
     dtype = node.dtype
     node = g.cast(node, _acc_dtype(dtype))
     axis = x.dim() - len(normalized_shape)

@@ -25,10 +25,63 @@ from .scan import lowest
 # ------------------------------------------------------------------------------- fixed windows
 
 
+def _sizes(x) -> str:
+    return str(list(x.shape))
+
+
+def _check_pool_window(kernel, stride, padding, dilation) -> None:
+    """ATen's checks of a window before its output size is computed (pooling_output_shape)."""
+    for k, st, p, d in zip(kernel, stride, padding, dilation):
+        if st == 0:
+            raise RuntimeError("stride should not be zero")
+        if p < 0:
+            raise RuntimeError(f"pad must be non-negative, but got pad: {p}")
+        if p > ((k - 1) * d + 1) // 2:
+            raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={p}, "
+                               f"kernel_size={k} and dilation={d}")
+
+
+def _check_pool_input(x, kernel, stride, dilation, out, nsp: int) -> None:
+    """ATen's pool2d/pool3d shape checks: positive windows, the input's dimensions, and an
+    output of at least one element per axis."""
+    names = ("kT", "kH", "kW")[-nsp:]
+    if any(k <= 0 for k in kernel):
+        raise RuntimeError("kernel size should be greater than zero, but got " +
+                           " ".join(f"{n}: {k}" for n, k in zip(names, kernel)))
+    if any(st <= 0 for st in stride):
+        raise RuntimeError("stride should be greater than zero, but got " +
+                           " ".join(f"d{n[1]}: {st}" for n, st in zip(names, stride)))
+    if any(d <= 0 for d in dilation):
+        raise RuntimeError("dilation should be greater than zero, but got " +
+                           " ".join(f"dilation{n[1]}: {d}" for n, d in zip(names, dilation)))
+    shape = x.shape
+    if nsp == 2:
+        # A batch of 0 is allowed (4D), an empty channel or plane is not.
+        valid = all(shape[-i] != 0 for i in (1, 2))
+        if not ((x.dim() == 3 and shape[0] != 0 and valid) or (x.dim() == 4 and valid and shape[1] != 0)):
+            raise RuntimeError("Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for "
+                               f"input, but got:{_sizes(x)}")
+    else:
+        if x.dim() not in (4, 5):
+            raise RuntimeError(f"Expected 4D or 5D tensor for input, but got: {_sizes(x)}")
+        for i in range(1 if x.dim() == 5 else 0, x.dim()):
+            if shape[i] <= 0:
+                raise RuntimeError("Expected input's non-batch dimensions to have positive length, but input "
+                                   f"has a shape of {_sizes(x)} and non-batch dimension {shape[i]} has length "
+                                   "zero!")
+    if any(o < 1 for o in out):
+        planes = shape[-nsp - 1]
+        given = "x".join(map(str, (planes, *shape[-nsp:])))
+        calculated = "x".join(map(str, (planes, *out)))
+        raise RuntimeError(f"Given input size: ({given}). Calculated output size: ({calculated}). "
+                           "Output size is too small")
+
+
 def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, nsp=2):
     kernel = ntuple(kernel_size, nsp)
     stride = ntuple(stride, nsp) if stride else kernel
     padding, dilation = ntuple(padding, nsp), ntuple(dilation, nsp)
+    _check_pool_window(kernel, stride, padding, dilation)
     size = tuple(x.shape[-nsp:])
     out = []
     for s, k, st, p, d in zip(size, kernel, stride, padding, dilation):
@@ -37,6 +90,7 @@ def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, nsp=2):
         if ceil_mode and (o - 1) * st >= s + p:
             o -= 1  # the last window must start inside the input or its left padding
         out.append(o)
+    _check_pool_input(x, kernel, stride, dilation, out, nsp)
     # Right padding that makes exactly ``out`` windows (ceil mode can need more than ``padding``).
     after = tuple((o - 1) * st + d * (k - 1) + 1 - s - p
                   for o, st, d, k, s, p in zip(out, stride, dilation, kernel, size, padding))
@@ -156,6 +210,8 @@ def _avg_scale(x, out, kernel, stride, padding, count_include_pad, divisor_overr
 
 
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, nsp):
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
     kernel, stride, padding, dilation, out, after = _pool_geometry(x, kernel_size, stride, padding, 1,
                                                                    ceil_mode, nsp)
     node = accumulate(read(x))
@@ -334,8 +390,13 @@ def _check_adaptive(x, output_size, nsp: int, name: str) -> tuple[int, ...]:
         if x.shape[i] == 0:
             raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, "
                                f"but input has sizes {list(x.shape)} with dimension {i} being empty")
-    out = ntuple(output_size, nsp)
-    return tuple(x.shape[-nsp + i] if o is None else int(o) for i, o in enumerate(out))
+    if not isinstance(output_size, int) and len(output_size) != nsp:
+        raise RuntimeError(f"{name}(): internal error: output_size.size() must be {nsp}")
+    out = tuple(x.shape[-nsp + i] if o is None else int(o) for i, o in enumerate(ntuple(output_size, nsp)))
+    if any(o < 0 for o in out):
+        size = [*x.shape[:-nsp], *out]
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(out)}: {size}")
+    return out
 
 
 def _adaptive_max(x, output_size, nsp: int, name: str):

@@ -17,6 +17,15 @@ from ..tensor import read, wrap, zdtype
 from .registry import aten, register
 
 
+def check_dim(x, dim: int) -> int:
+    """``dim`` normalized for ``x`` (a 0-d tensor accepts 0 and -1), IndexError like ATen."""
+    nd = max(x.dim(), 1)
+    if not -nd <= dim < nd:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
+                         f"but got {dim})")
+    return dim % nd
+
+
 def norm_dims(x, dim) -> tuple[int, ...]:
     nd = x.dim()
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
@@ -173,9 +182,9 @@ def arg_index(node: Node, extreme: Node, dim: int) -> Node:
 
 def _max_min_dim(op: str, x, dim: int, keepdim: bool):
     node = read(x)
+    dim = check_dim(x, dim)
     if not node.shape:
         return wrap(node, x._storage.device), wrap(g.const(0, dtypes.int64, ()), x._storage.device)
-    dim = dim % x.dim()
     if node.shape[dim] == 0:
         raise IndexError(f"{op}(): Expected reduction dim {dim} to have non-zero size.")
     extreme = g.reduce(op, node, (dim,))

@@ -97,7 +97,8 @@ def register(*ops) -> Callable:
 def dtype_name(dtype: torch.dtype) -> str:
     """``dtype`` as ATen names it in its error messages ("Float", "Long", ...)."""
     return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
-            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.int16: "Short",
+            torch.int8: "Char", torch.uint8: "Byte"}.get(dtype, str(dtype))
 
 
 def device_of(*args):

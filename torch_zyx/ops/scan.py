@@ -14,17 +14,8 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
-from .reduce import _accumulate_dtype, _sum_dtype
+from .reduce import _accumulate_dtype, _sum_dtype, check_dim
 from .registry import aten, register
-
-
-def check_dim(x, dim: int) -> int:
-    """``dim`` normalized for ``x`` (a 0-d tensor accepts 0 and -1), IndexError like ATen."""
-    nd = max(x.dim(), 1)
-    if not -nd <= dim < nd:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
-                         f"but got {dim})")
-    return dim % nd
 
 
 def pairs(node: Node, dim: int) -> tuple[Node, Node, Node, Node]:

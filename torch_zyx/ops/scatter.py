@@ -19,7 +19,7 @@ from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
 from .elementwise import floor_div
 from .index import _onehot_take, _scatter_node, inclusive_count, scatter_hits, true_positions
-from .registry import aten, broadcast_shape, register
+from .registry import aten, broadcast_shape, dtype_name, register
 
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
@@ -127,6 +127,9 @@ def index_reduce(x, dim, index, source, reduce, include_self=True):
 def _flat_bool_mask(x, mask, name: str):
     """x and the bool mask broadcast together: (mask node, x node, element count)."""
     if mask.dtype != torch.bool:
+        if name == "masked_scatter_":
+            raise RuntimeError("masked_scatter_ only supports boolean masks, but got mask with dtype "
+                               f"{dtype_name(mask.dtype)}")
         raise RuntimeError(f"{name}: expected BoolTensor for mask")
     shape = broadcast_shape(tuple(x.shape), tuple(mask.shape))
     m = g.reshape(read(mask), (1,) * (len(shape) - mask.dim()) + tuple(mask.shape))

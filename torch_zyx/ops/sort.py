@@ -14,9 +14,9 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, wrap
-from .reduce import finish
+from .reduce import check_dim, finish
 from .registry import aten, register
-from .scan import check_dim, highest, lowest, pairs
+from .scan import highest, lowest, pairs
 
 
 def _comparable(node: Node) -> Node:
