@@ -384,7 +384,8 @@ def normal_node(shape, device, dtype) -> g.Node:
 @register(aten.uniform_.default)
 def uniform_(x, from_=0.0, to=1.0, generator=None):
     if from_ > to:
-        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_:g} > to={to:g}")
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_:g} > "
+                           f"to={to:g}")
     u = g.cast(uniform_node(x.shape, x._storage.device), zdtype(x.dtype) if x.dtype.is_floating_point
                else dtypes.float32)
     span = g.const(to - from_, u.dtype, u.shape)

@@ -66,9 +66,9 @@ def _check_pool_input(x, kernel, stride, dilation, out, nsp: int) -> None:
             raise RuntimeError(f"Expected 4D or 5D tensor for input, but got: {_sizes(x)}")
         for i in range(1 if x.dim() == 5 else 0, x.dim()):
             if shape[i] <= 0:
-                raise RuntimeError("Expected input's non-batch dimensions to have positive length, but input "
-                                   f"has a shape of {_sizes(x)} and non-batch dimension {shape[i]} has length "
-                                   "zero!")
+                raise RuntimeError("Expected input's non-batch dimensions to have positive length, but "
+                                   f"input has a shape of {_sizes(x)} and non-batch dimension {shape[i]} "
+                                   "has length zero!")
     if any(o < 1 for o in out):
         planes = shape[-nsp - 1]
         given = "x".join(map(str, (planes, *shape[-nsp:])))
