@@ -11,7 +11,7 @@ from torch.utils import _foreach_utils
 
 from . import random
 from .realize import devices
-from .tensor import ZyxTensor
+from .tensor import ZyxTensor, realize_all
 
 # torch.optim picks its multi-tensor (foreach) path by default only for tensor types in this
 # list (DTensor registers itself the same way). zyx records every update lazily, so the foreach
@@ -58,8 +58,6 @@ def is_initialized() -> bool:
 
 
 def synchronize(device=None) -> None:
-    from .tensor import realize_all
-
     realize_all()
     if device is None:
         for ctx in devices():
