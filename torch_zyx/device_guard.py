@@ -73,6 +73,7 @@ def _library(cxx: str, directory: Path) -> Path:
     # workers) each compile, and none loads a half-written library.
     partial = library.with_name(f"{library.name}.{os.getpid()}.tmp")
     command = build_command(cxx, partial)
+    log.info("zyx: compiling the device guard (once per torch build): %s", " ".join(command))
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         partial.unlink(missing_ok=True)
