@@ -786,6 +786,16 @@ def test_argument_errors_match_cpu(name):
     assert str(cpu_error.value).endswith(str(zyx_error.value))
 
 
+@pytest.mark.parametrize("fn", [lambda a, b: torch.dot(a[0], b[0]), lambda a, b: torch.mm(a, b.t()),
+                                lambda a, b: torch.dot(b[0], a[0])])
+def test_operands_on_another_device_raise_runtime_error(fn):
+    # A CPU tensor among a zyx op's operands: RuntimeError like ATen's, not an AttributeError
+    # from inside the lowering.
+    a, b = make((3, 4), torch.float32, seed=1), make((3, 4), torch.float32, seed=2)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        fn(a.to("zyx"), b)
+
+
 def test_negative_sizes_raise_assertions_in_the_node_table():
     # A shape with a negative size has a negative element count: the C table took it for its
     # own error value and raised SystemError ("returned NULL without setting an exception").

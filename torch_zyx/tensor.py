@@ -369,7 +369,15 @@ def restride(t: ZyxTensor, storage: Storage, size, strides, offset: int) -> None
 
 def read(t: ZyxTensor) -> Node:
     """The lazy value of ``t`` in its logical shape."""
-    storage = t._storage
+    try:
+        storage = t._storage
+    except AttributeError:
+        # Another device's tensor among a zyx op's operands: ATen's error, not this one.
+        device = getattr(t, "device", None)
+        if device is None:
+            raise
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least two "
+                           f"devices, zyx and {device}!") from None
     shape, strides, offset, dense = t._zmeta or meta(t)
     shaped = storage._shaped
     if dense and shaped is not None and shape == shaped.shape:
