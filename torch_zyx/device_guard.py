@@ -8,9 +8,10 @@ guard never enters Python, so such an error propagates out of ``backward()`` as 
 
 The source is compiled once per torch build with the system's C++ compiler against the
 headers every torch wheel ships, and the library is cached next to the compiled kernels
-(``ZYX_CACHE_DIR``/guard; with ``ZYX_DISK_CACHE=0`` it is compiled for the process). Without
-a compiler (or with ``ZYX_NATIVE=0``) PyTorch's Python guard stays, and errors inside a
-backward are deferred as far as zyx can (see ``dispatch.cpu_fallback``).
+(``ZYX_CACHE_DIR``/guard, keyed by the source and the torch build, so it is never stale:
+``ZYX_DISK_CACHE=0``, which is about kernels, does not make every process compile it again).
+Without a compiler (or with ``ZYX_NATIVE=0``) PyTorch's Python guard stays, and errors inside
+a backward are deferred as far as zyx can (see ``dispatch.cpu_fallback``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
@@ -83,14 +83,6 @@ def _library(cxx: str, directory: Path) -> Path:
     return library
 
 
-def _load(cxx: str) -> ctypes.CDLL:
-    if CONFIG.disk_cache:
-        return ctypes.CDLL(str(_library(cxx, CONFIG.cache_dir / "guard")))
-    # ZYX_DISK_CACHE=0: compiled for this process only (a loaded library outlives its file).
-    with tempfile.TemporaryDirectory(prefix="zyx-guard-") as directory:
-        return ctypes.CDLL(str(_library(cxx, Path(directory))))
-
-
 def install() -> bool:
     """Register the C++ guard for the zyx device; False (PyTorch's Python guard stays) when
     ``ZYX_NATIVE=0``, without a C++ compiler, or when it cannot be built or loaded."""
@@ -102,7 +94,7 @@ def install() -> bool:
                  "error inside a backward may terminate the process", ", ".join(_COMPILERS))
         return False
     try:
-        library = _load(cxx)
+        library = ctypes.CDLL(str(_library(cxx, CONFIG.cache_dir / "guard")))
     except (OSError, RuntimeError) as exc:
         log.warning("zyx: the C++ device guard is not available, PyTorch's Python one is used: %s", exc)
         return False

@@ -91,21 +91,17 @@ _OVERLAP_ERROR = ("unsupported operation: some elements of the input tensor and 
 
 
 # Ops whose out= forms must have the result's dtype exactly (ATen's structured kernels that are
-# not elementwise), and the names ATen's messages give dtypes there (TypeMeta's).
+# not elementwise).
 _EXACT_DTYPE_OUT = frozenset({"gather", "aminmax"})
-_TYPE_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-                    torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
-                    torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
-                    torch.bool: "bool"}
 
 
-def _check_out_dtype(func, outs, results) -> None:
-    if func._schema.name.split("::")[-1] not in _EXACT_DTYPE_OUT:
+def _check_out_dtype(op_name: str, outs, results) -> None:
+    if op_name not in _EXACT_DTYPE_OUT:
         return
     for out, value in zip(outs, results):
         if out.dtype != value.dtype:
-            names = [_TYPE_META_NAMES.get(t, str(t)) for t in (value.dtype, out.dtype)]
-            raise RuntimeError(f"Expected out tensor to have dtype {names[0]}, but got {names[1]} instead")
+            raise RuntimeError(f"Expected out tensor to have dtype {registry.type_meta_name(value.dtype)}, "
+                               f"but got {registry.type_meta_name(out.dtype)} instead")
 
 
 def _dense_span(t) -> tuple[int, int] | None:
@@ -121,15 +117,16 @@ def _dense_span(t) -> tuple[int, int] | None:
     return offset, offset + math.prod(shape)
 
 
-def _check_out_overlap(func, outs, args) -> None:
+def _check_out_overlap(op_name: str, outs, args) -> None:
     """ATen's assert_no_internal_overlap for every out= tensor (an expanded one: two of its
     elements would be one memory location), and its assert_no_overlap with the inputs for the
     out= forms of ``_NO_OVERLAP_OUT``."""
     for out in outs:
-        if isinstance(out, ZyxTensor) and any(stride == 0 and size > 1 for size, stride in
-                                              zip(out.shape, out.stride())):
-            raise RuntimeError(_INTERNAL_OVERLAP_ERROR)
-    if func._schema.name.split("::")[-1] not in _NO_OVERLAP_OUT:
+        if isinstance(out, ZyxTensor):
+            shape, strides, _offset, _dense = meta(out)
+            if any(stride == 0 and size > 1 for size, stride in zip(shape, strides)):
+                raise RuntimeError(_INTERNAL_OVERLAP_ERROR)
+    if op_name not in _NO_OVERLAP_OUT:
         return
     inputs = [a for a in args if isinstance(a, ZyxTensor)]
     for out in outs:
@@ -201,10 +198,11 @@ def _dispatch_unlowered(func, args, kwargs):
         outs = _out_args(func, kwargs) if out_names else []
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names} if kwargs else kwargs
         if outs:
-            _check_out_overlap(func, outs, args)
+            op_name = func._schema.name.split("::")[-1]
+            _check_out_overlap(op_name, outs, args)
             result = dispatch(functional, args, call_kwargs)
             results = result if isinstance(result, (tuple, list)) else (result,)
-            _check_out_dtype(func, outs, results)
+            _check_out_dtype(op_name, outs, results)
             for dst, value in zip(outs, results):
                 _assign(dst, value)
             return outs[0] if len(outs) == 1 else tuple(outs)

@@ -57,8 +57,7 @@ def _check_pool_input(x, kernel, stride, dilation, out, nsp: int) -> None:
     shape = x.shape
     if nsp == 2:
         # A batch of 0 is allowed (4D), an empty channel or plane is not.
-        valid = all(shape[-i] != 0 for i in (1, 2))
-        if not ((x.dim() == 3 and shape[0] != 0 and valid) or (x.dim() == 4 and valid and shape[1] != 0)):
+        if x.dim() not in (3, 4) or 0 in shape[x.dim() - 3:]:
             raise RuntimeError("Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for "
                                f"input, but got:{_sizes(x)}")
     else:

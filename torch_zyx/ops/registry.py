@@ -101,6 +101,17 @@ def dtype_name(dtype: torch.dtype) -> str:
             torch.int8: "Char", torch.uint8: "Byte"}.get(dtype, str(dtype))
 
 
+_TYPE_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+                    torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
+                    torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
+                    torch.bool: "bool"}
+
+
+def type_meta_name(dtype: torch.dtype) -> str:
+    """``dtype`` as ATen's messages name it where they print a TypeMeta ("float", "long int", ...)."""
+    return _TYPE_META_NAMES.get(dtype, str(dtype))
+
+
 def device_of(*args):
     for a in args:
         if isinstance(a, ZyxTensor):
