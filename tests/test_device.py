@@ -372,6 +372,67 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
     assert all(e.is_done() for e in ctx.events.take([buffer.id]))
 
 
+def test_openmp_launcher_idles_on_large_teams(monkeypatch):
+    # On a team of IDLE_LAUNCHER_TEAM threads or more the launcher of a detached region takes
+    # no chunks (its caches keep the interpreter's working set); the other threads compute all.
+    from torch_zyx import realize
+    from torch_zyx.runtime import cpu, cpu_team
+    from torch_zyx.tensor import read
+
+    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
+    if not contexts:
+        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
+    ctx = contexts[0]
+    team = _thread_team("openmp", ctx.runtime)
+    if team._start is None or team._team_size is None:
+        pytest.skip("the OpenMP runtime has no GOMP_parallel_start or omp_get_num_threads")
+    monkeypatch.setattr(ctx.runtime, "team", team)
+    monkeypatch.setattr(cpu, "_DETACH_WORK", 0)
+    x = torch.randn(1 << 20)
+    xz = x.to(torch.device("zyx", ctx.index))
+    for threads, launcher_works in ((2, True), (cpu_team.IDLE_LAUNCHER_TEAM, False)):
+        monkeypatch.setattr(ctx.runtime, "threads", threads)
+        (buffer,) = realize.realize([read(xz * 3)], ctx)
+        (event,) = ctx.events.take([buffer.id])
+        assert event._launcher_works is launcher_works
+        event.wait()
+        out = torch.empty(1 << 20)
+        ctx.pool.pool_to_host(buffer.raw, out.data_ptr(), buffer.nbytes, [])
+        assert torch.equal(out, x * 3)
+
+
+_ONE_THREAD_REGION_SCRIPT = """
+import torch
+import torch.nn.functional as F
+from torch_zyx.runtime import cpu_team
+works = []
+init = cpu_team._Region.__init__
+def record(self, *args):
+    init(self, *args)
+    works.append(self._launcher_works)
+cpu_team._Region.__init__ = record
+x, w, b = torch.randn(1024, 4096), torch.randn(4096), torch.randn(4096)
+z = F.layer_norm(x.to('zyx'), (4096,), w.to('zyx'), b.to('zyx')).cpu()
+torch.testing.assert_close(z, F.layer_norm(x, (4096,), w, b))
+print('launcher works', works)
+"""
+
+
+def test_openmp_launcher_works_when_its_region_gets_one_thread():
+    # OMP_THREAD_LIMIT=1: the region of a launch that asked for 8 threads has only its
+    # launcher, which must then compute everything (an idle one would leave the kernel undone).
+    from torch_zyx.runtime import cpu_team
+
+    if ZYX0_BACKEND != "cpu":
+        pytest.skip("zyx:0 is not the CPU backend")
+    team = cpu_team.OpenMPTeam.find()
+    if team is None or team._start is None or team._team_size is None:
+        pytest.skip("no OpenMP runtime with GOMP_parallel_start and omp_get_num_threads is loaded")
+    result = _run(_ONE_THREAD_REGION_SCRIPT, ZYX_THREADS="8", OMP_THREAD_LIMIT="1")
+    assert result.returncode == 0, result.stderr
+    assert "launcher works [True" in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("fallback", [True, False])
 def test_meta_tensor_copy_raises(fallback, monkeypatch):
     # A meta tensor has no data: copying one to zyx raises as it does to CPU torch (reading its

@@ -202,17 +202,29 @@ class NativeTeam:
 _OPENMP_LIBRARY = re.compile(r"/lib(gomp|omp|iomp5)[-.\w]*\.so[.\d]*$")
 
 
+# On teams of at least this many threads the launcher of a detached region takes no chunks
+# (when the region has other threads to take them): its share of a large kernel would stream
+# through its own core's caches and evict the interpreter's working set, and the Python that
+# follows (the next op's recording, the next realization) ran up to 2x slower out of the shared
+# L3. 16-core host, layer norm 1024x4096 + synchronize, four process pairs: 305-347 -> 221-297
+# us per call, the kernel itself unchanged (133-156 us both ways). On small teams the launcher's
+# share of the work is worth more than its caches (2 threads: the kernel would take 2x as long).
+IDLE_LAUNCHER_TEAM = 8
+
+
 class _Region(Event):
     """A parallel region the team's threads are already running (``GOMP_parallel_start``); the
     launching thread joins it when it first waits on it or settles the team: it runs the
-    parallel entry itself, taking whatever chunks are left, and ends the region. Another
-    thread waits for that (OpenMP lets only the launcher end a region)."""
+    parallel entry itself, taking whatever chunks are left (unless ``launcher_works`` is
+    false), and ends the region. Another thread waits for that (OpenMP lets only the launcher
+    end a region)."""
 
-    __slots__ = ("_entry_fn", "_owner", "_task", "_team")
+    __slots__ = ("_entry_fn", "_launcher_works", "_owner", "_task", "_team")
 
-    def __init__(self, team: OpenMPTeam, entry_fn, task, keepalive):
+    def __init__(self, team: OpenMPTeam, entry_fn, task, keepalive, launcher_works: bool):
         super().__init__(keepalive=(keepalive, task))
         self._team, self._entry_fn, self._task = team, entry_fn, task
+        self._launcher_works = launcher_works
         self._owner = threading.get_ident()
 
     def wait(self) -> None:
@@ -221,8 +233,9 @@ class _Region(Event):
         super().wait()
 
     def join(self) -> None:
-        self._entry_fn(ctypes.addressof(self._task))
-        self._team._end()
+        if self._launcher_works:
+            self._entry_fn(ctypes.addressof(self._task))
+        self._team._end()  # (the end barrier waits for every thread of the region)
         self.set()
 
 
@@ -235,7 +248,7 @@ class OpenMPTeam:
     (``GOMP_parallel_start``) and returns: the team's threads take chunks while the launching
     thread goes on with the Python that follows the launch (the end of a realization: new
     buffer nodes for the storages, the realized graph freed), then joins in (``settle``, or a
-    wait on the launch's event). That Python then runs before the kernel has swept its caches,
+    wait on the launch's event; on large teams it only ends the region: IDLE_LAUNCHER_TEAM). That Python then runs before the kernel has swept its caches,
     and the launching thread takes fewer chunks: a loop of layer norms 1024x4096 on 2 cores
     ran 10-20% faster (same-process A/B in blocks of calls; 0.5-3% when the two ways
     alternated call by call). One region per thread is open at a time: a launch settles the
@@ -244,9 +257,12 @@ class OpenMPTeam:
 
     name = "OpenMP team"
 
-    def __init__(self, parallel, start=None, end=None):
+    def __init__(self, parallel, start=None, end=None, team_size=None):
         self._parallel = parallel
         self._start, self._end = start, end
+        # ``omp_get_num_threads``: called by the launcher between start and end, the threads
+        # its region really got (fewer than asked under OMP_THREAD_LIMIT or nested regions).
+        self._team_size = team_size
         self._open: dict[int, _Region] = {}  # launching thread → its open region
 
     @classmethod
@@ -273,7 +289,11 @@ class OpenMPTeam:
             start.restype = None
             end.argtypes = []
             end.restype = None
-            return cls(parallel, start, end)
+            team_size = getattr(library, "omp_get_num_threads", None)
+            if team_size is not None:
+                team_size.argtypes = []
+                team_size.restype = ctypes.c_int
+            return cls(parallel, start, end, team_size)
         return None
 
     def reset(self) -> None:
@@ -287,7 +307,11 @@ class OpenMPTeam:
             self._parallel(entry, ctypes.addressof(task), threads, 0)
             return completed()
         self._start(entry, ctypes.addressof(task), threads)
-        region = self._open[threading.get_ident()] = _Region(self, entry_fn, task, keepalive)
+        # The launcher must work when the region got no other thread: nobody else would.
+        launcher_works = (threads < IDLE_LAUNCHER_TEAM or self._team_size is None
+                          or self._team_size() < 2)
+        region = self._open[threading.get_ident()] = _Region(self, entry_fn, task, keepalive,
+                                                             launcher_works)
         return region
 
     def settle(self) -> None:
