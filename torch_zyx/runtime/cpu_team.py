@@ -206,9 +206,10 @@ _OPENMP_LIBRARY = re.compile(r"/lib(gomp|omp|iomp5)[-.\w]*\.so[.\d]*$")
 # (when the region has other threads to take them): its share of a large kernel would stream
 # through its own core's caches and evict the interpreter's working set, and the Python that
 # follows (the next op's recording, the next realization) ran up to 2x slower out of the shared
-# L3. 16-core host, layer norm 1024x4096 + synchronize, four process pairs: 305-347 -> 221-297
-# us per call, the kernel itself unchanged (133-156 us both ways). On small teams the launcher's
-# share of the work is worth more than its caches (2 threads: the kernel would take 2x as long).
+# L3. 16-core host, layer norm 1024x4096 + synchronize, medians per process (7 without, 9 with):
+# 304-385 -> 221-297 us per call, the kernel itself unchanged (133-156 us both ways). On small
+# teams the launcher's share of the work is worth more than its caches (2 threads: the kernel
+# would take 2x as long).
 IDLE_LAUNCHER_TEAM = 8
 
 
