@@ -324,6 +324,32 @@ def test_cpu_thread_teams(kind, monkeypatch):
         assert_close(rows.to(device).exp().sum(-1), rows.exp().sum(-1), rtol=1e-4, atol=1e-2)
 
 
+def _openmp_device(monkeypatch, team_size: bool = False):
+    """The CPU device's context with its runtime on the OpenMP team, every launch detached
+    (``team_size``: the test needs the runtime's omp_get_num_threads)."""
+    from torch_zyx import realize
+    from torch_zyx.runtime import cpu
+
+    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
+    if not contexts:
+        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
+    ctx = contexts[0]
+    team = _thread_team("openmp", ctx.runtime)
+    if team._start is None:
+        pytest.skip("the OpenMP runtime has no GOMP_parallel_start")
+    if team_size and team._team_size is None:
+        pytest.skip("the OpenMP runtime has no omp_get_num_threads")
+    monkeypatch.setattr(ctx.runtime, "team", team)
+    monkeypatch.setattr(cpu, "_DETACH_WORK", 0)  # (x * 3 on 1M floats is below it)
+    return ctx
+
+
+def _buffer_contents(ctx, buffer) -> torch.Tensor:
+    out = torch.empty(buffer.numel)
+    ctx.pool.pool_to_host(buffer.raw, out.data_ptr(), buffer.nbytes, [])
+    return out
+
+
 def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
     # A launch on the OpenMP team returns with its region still open (the team's threads take
     # chunks while Python goes on); a wait on its event from the launching thread joins it, a
@@ -334,24 +360,14 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
     from torch_zyx.runtime import cpu
     from torch_zyx.tensor import read
 
-    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
-    if not contexts:
-        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
-    ctx = contexts[0]
-    team = _thread_team("openmp", ctx.runtime)
-    if team._start is None:
-        pytest.skip("the OpenMP runtime has no GOMP_parallel_start")
-    monkeypatch.setattr(ctx.runtime, "team", team)
+    ctx = _openmp_device(monkeypatch)
     monkeypatch.setattr(ctx.runtime, "threads", 2)
-    monkeypatch.setattr(cpu, "_DETACH_WORK", 0)  # (x * 3 on 1M floats is below it)
-    device = torch.device("zyx", ctx.index)
     x = torch.randn(1 << 20)
-    xz = x.to(device)
+    xz = x.to(torch.device("zyx", ctx.index))
     for joined_by_owner in (True, False):
         (buffer,) = realize.realize([read(xz * 3)], ctx)
         (event,) = ctx.events.take([buffer.id])
         assert not event.is_done()  # the region is open until its launcher joins it
-        out = torch.empty(1 << 20)
         if joined_by_owner:
             event.wait()
         else:
@@ -363,8 +379,7 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
             reader.join(10)
             assert not reader.is_alive()
         assert event.is_done()
-        ctx.pool.pool_to_host(buffer.raw, out.data_ptr(), buffer.nbytes, [])
-        assert torch.equal(out, x * 3)
+        assert torch.equal(_buffer_contents(ctx, buffer), x * 3)
     ctx.settle()  # (nothing left open)
     # A launch below the detach threshold runs to its end: nothing is left pending on its output.
     monkeypatch.setattr(cpu, "_DETACH_WORK", 1 << 62)
@@ -376,18 +391,10 @@ def test_openmp_launcher_idles_on_large_teams(monkeypatch):
     # On a team of IDLE_LAUNCHER_TEAM threads or more the launcher of a detached region takes
     # no chunks (its caches keep the interpreter's working set); the other threads compute all.
     from torch_zyx import realize
-    from torch_zyx.runtime import cpu, cpu_team
+    from torch_zyx.runtime import cpu_team
     from torch_zyx.tensor import read
 
-    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
-    if not contexts:
-        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
-    ctx = contexts[0]
-    team = _thread_team("openmp", ctx.runtime)
-    if team._start is None or team._team_size is None:
-        pytest.skip("the OpenMP runtime has no GOMP_parallel_start or omp_get_num_threads")
-    monkeypatch.setattr(ctx.runtime, "team", team)
-    monkeypatch.setattr(cpu, "_DETACH_WORK", 0)
+    ctx = _openmp_device(monkeypatch, team_size=True)
     x = torch.randn(1 << 20)
     xz = x.to(torch.device("zyx", ctx.index))
     for threads, launcher_works in ((2, True), (cpu_team.IDLE_LAUNCHER_TEAM, False)):
@@ -396,9 +403,7 @@ def test_openmp_launcher_idles_on_large_teams(monkeypatch):
         (event,) = ctx.events.take([buffer.id])
         assert event._launcher_works is launcher_works
         event.wait()
-        out = torch.empty(1 << 20)
-        ctx.pool.pool_to_host(buffer.raw, out.data_ptr(), buffer.nbytes, [])
-        assert torch.equal(out, x * 3)
+        assert torch.equal(_buffer_contents(ctx, buffer), x * 3)
 
 
 _ONE_THREAD_REGION_SCRIPT = """
