@@ -207,7 +207,7 @@ _OPENMP_LIBRARY = re.compile(r"/lib(gomp|omp|iomp5)[-.\w]*\.so[.\d]*$")
 # through its own core's caches and evict the interpreter's working set, and the Python that
 # follows (the next op's recording, the next realization) ran up to 2x slower out of the shared
 # L3. 16-core host, layer norm 1024x4096 + synchronize, medians per process (7 without, 9 with):
-# 304-385 -> 221-297 us per call, the kernel itself unchanged (133-156 us both ways). On small
+# 304-385 -> 221-302 us per call, the kernel itself unchanged (139-166 -> 133-157 us). On small
 # teams the launcher's share of the work is worth more than its caches (2 threads: the kernel
 # would take 2x as long).
 IDLE_LAUNCHER_TEAM = 8
@@ -249,8 +249,9 @@ class OpenMPTeam:
     (``GOMP_parallel_start``) and returns: the team's threads take chunks while the launching
     thread goes on with the Python that follows the launch (the end of a realization: new
     buffer nodes for the storages, the realized graph freed), then joins in (``settle``, or a
-    wait on the launch's event; on large teams it only ends the region: IDLE_LAUNCHER_TEAM). That Python then runs before the kernel has swept its caches,
-    and the launching thread takes fewer chunks: a loop of layer norms 1024x4096 on 2 cores
+    wait on the launch's event; on large teams it only ends the region: IDLE_LAUNCHER_TEAM).
+    That Python then runs before the kernel has swept its caches, and the launching thread
+    takes fewer chunks: a loop of layer norms 1024x4096 on 2 cores
     ran 10-20% faster (same-process A/B in blocks of calls; 0.5-3% when the two ways
     alternated call by call). One region per thread is open at a time: a launch settles the
     one before it first. Other launches, and all where the runtime lacks the split entry
