@@ -730,11 +730,6 @@ def test_errors_match_cpu(index):
         fn(a.to("zyx"), b.to("zyx"))
 
 
-def _long(*values):
-    return torch.tensor(values)
-
-
-F = torch.nn.functional
 # Argument checks ATen makes that a lowering must make too (zyx would otherwise compute something):
 # (call on a 3x4 float tensor and an int64 0..11 tensor of the same shape, on the device).
 ARGUMENT_ERROR_CASES = {

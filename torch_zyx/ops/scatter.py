@@ -127,9 +127,6 @@ def index_reduce(x, dim, index, source, reduce, include_self=True):
 def _flat_bool_mask(x, mask, name: str):
     """x and the bool mask broadcast together: (mask node, x node, element count)."""
     if mask.dtype != torch.bool:
-        if name == "masked_scatter_":
-            raise RuntimeError("masked_scatter_ only supports boolean masks, but got mask with dtype "
-                               f"{dtype_name(mask.dtype)}")
         raise RuntimeError(f"{name}: expected BoolTensor for mask")
     shape = broadcast_shape(tuple(x.shape), tuple(mask.shape))
     m = g.reshape(read(mask), (1,) * (len(shape) - mask.dim()) + tuple(mask.shape))
@@ -152,6 +149,9 @@ def masked_scatter(x, mask, source):
     if source.dtype != x.dtype:
         raise RuntimeError(f"masked_scatter_: expected self and source to have same dtypes but got "
                            f"{x.dtype} and {source.dtype}")
+    if mask.dtype != torch.bool:  # (ATen's own message here, not the shared helper's)
+        raise RuntimeError("masked_scatter_ only supports boolean masks, but got mask with dtype "
+                           f"{dtype_name(mask.dtype)}")
     # Out of place, self and mask broadcast together (the in-place form keeps self's shape:
     # dispatch rejects a different result shape).
     m, node, total = _flat_bool_mask(x, mask, "masked_scatter_")
