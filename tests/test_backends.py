@@ -126,7 +126,11 @@ def _launched(monkeypatch, compute):
 @pytest.mark.parametrize("shape, dims", [((600, 1029), 1), ((16, 25000), 1), ((2, 4096), 1),
                                          ((3, 5, 64), 1), ((4, 6, 40), 2), ((7, 1, 33), 2)])
 def test_pipelined_row_kernels(dev, shape, dims, monkeypatch):
-    x, w, b = torch.randn(*shape) * 3 + 1, torch.randn(*shape[-dims:]), torch.randn(*shape[-dims:])
+    # Seeded: the tolerances below hold for float32 sums over up to 25000 values, but with fresh
+    # inputs each run one log_softmax element in 400000 once landed just past them on PoCL.
+    seeded = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=seeded) * 3 + 1
+    w, b = torch.randn(*shape[-dims:], generator=seeded), torch.randn(*shape[-dims:], generator=seeded)
     xd, wd, bd = x.to(dev), w.to(dev), b.to(dev)
     axes = tuple(range(-dims, 0))
     got, sources = _launched(monkeypatch, lambda: torch.nn.functional.layer_norm(xd, shape[-dims:], wd, bd))
