@@ -509,7 +509,9 @@ def realize_all(device=None) -> None:
         _realize[0] = realize
     try:
         for group in by_device.values():
-            buffers = realize([s.value for s in group], group[0].device)
+            # A storage filled whole by one node is realized from that node (the kernelizer
+            # stores a root contiguous in any shape): no flat RESHAPE node to build and free.
+            buffers = realize([s._shaped or s._value for s in group], group[0].device)
             for storage, buffer in zip(group, buffers):
                 # (not ``value =``: that would list the storage again)
                 storage._value = g.buffer(buffer, storage.dtype, storage.numel)
