@@ -28,6 +28,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *op, *arg, *karg, *srcs, *dtype, *shape;
     PyObject *key; /* its key in the table */
+    Py_hash_t hash; /* the key's hash (tuples do not keep theirs) */
     PyObject *weakreflist;
 } NodeObject;
 
@@ -41,6 +42,20 @@ static PyTypeObject PendingType;
 static PyObject *table;          /* key -> PyLong address of the live node */
 static PendingObject *pending;   /* the module's ``pending`` counter */
 static PyObject *float_tag;      /* "f": floats are keyed as ("f", repr(value)) */
+
+/* The table's lookups with the key's hash computed once: a node's key is hashed when the node
+ * is looked up or built, and that hash serves its entry's insertion and removal (a nested
+ * tuple's hash is computed afresh each time it is asked for). CPython 3.13 made these private
+ * functions internal: there the plain ones hash again. */
+#if PY_VERSION_HEX < 0x030D0000
+#define TABLE_GET(key, hash) _PyDict_GetItem_KnownHash(table, (key), (hash))
+#define TABLE_SET(key, value, hash) _PyDict_SetItem_KnownHash(table, (key), (value), (hash))
+#define TABLE_DEL(key, hash) _PyDict_DelItem_KnownHash(table, (key), (hash))
+#else
+#define TABLE_GET(key, hash) PyDict_GetItemWithError(table, (key))
+#define TABLE_SET(key, value, hash) PyDict_SetItem(table, (key), (value))
+#define TABLE_DEL(key, hash) PyDict_DelItem(table, (key))
+#endif
 
 /* ``arg`` as keyed: floats by their repr (keeps -0.0 and nan distinct and equal to
  * themselves), tuples element by element, anything else as it is. */
@@ -87,7 +102,12 @@ intern_node(PyObject *op, PyObject *arg, PyObject *karg, PyObject *srcs, PyObjec
     PyObject *key = PyTuple_Pack(5, op, karg, srcs, dtype, shape);
     if (key == NULL)
         return NULL;
-    PyObject *address = PyDict_GetItemWithError(table, key);
+    Py_hash_t hash = PyObject_Hash(key);
+    if (hash == -1) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *address = TABLE_GET(key, hash);
     if (address != NULL) {
         PyObject *existing = (PyObject *)PyLong_AsVoidPtr(address);
         Py_DECREF(key);
@@ -116,9 +136,10 @@ intern_node(PyObject *op, PyObject *arg, PyObject *karg, PyObject *srcs, PyObjec
     node->dtype = dtype;
     node->shape = shape;
     node->key = key;
+    node->hash = hash;
     node->weakreflist = NULL;
     address = PyLong_FromVoidPtr(node);
-    if (address == NULL || PyDict_SetItem(table, key, address) < 0) {
+    if (address == NULL || TABLE_SET(key, address, hash) < 0) {
         Py_XDECREF(address);
         node->key = NULL; /* not entered: its dealloc must not look for it */
         Py_DECREF(key);
@@ -162,9 +183,9 @@ node_dealloc(NodeObject *self)
         /* A node may die while an exception is being raised: keep it. */
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
-        PyObject *address = PyDict_GetItemWithError(table, self->key);
+        PyObject *address = TABLE_GET(self->key, self->hash);
         if (address != NULL && PyLong_AsVoidPtr(address) == (void *)self)
-            PyDict_DelItem(table, self->key);
+            TABLE_DEL(self->key, self->hash);
         PyErr_Clear();
         PyErr_Restore(type, value, traceback);
         Py_DECREF(self->key);
