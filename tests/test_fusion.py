@@ -1,5 +1,6 @@
 """Fusion: how many kernels common patterns become, and the schedule cache (through counters())."""
 
+import array
 import dataclasses
 
 import pytest
@@ -273,46 +274,112 @@ def _signature(table, roots):
     return table.signature(roots, INLINE_FLOATS)
 
 
+def _decode(key: bytes):
+    """A signature key as (root numbers, per node (op, how, arg, dtype, shape, source numbers)),
+    checking its layout (nodes_py.signature) on the way."""
+    words = array.array("q", key)
+    n_roots = words[0]
+    roots = tuple(words[1:1 + n_roots])
+    n_nodes, at = words[1 + n_roots], 2 + n_roots
+    items = []
+    for _ in range(n_nodes):
+        op, how, arg, dtype, shape, n_srcs = words[at:at + 6]
+        items.append((op, how, arg, dtype, shape, tuple(words[at + 6:at + 6 + n_srcs])))
+        at += 6 + n_srcs
+    assert at == len(words)
+    return roots, items
+
+
+def _one_number_each(pairs) -> None:
+    """``pairs`` of (value, its number in a key) give each distinct value one number, and
+    distinct values distinct numbers."""
+    number_of, value_of = {}, {}
+    for value, number in pairs:
+        assert number_of.setdefault(value, number) == number
+        assert value_of.setdefault(number, value) == value
+
+
 @pytest.mark.parametrize("table", _tables())
 def test_signature_numbers_nodes_and_abstracts_leaves(table):
+    from torch_zyx.lazy.nodes_py import ARG_BUFFER, ARG_KEYED, ARG_RANDOM, ARG_SCALAR
+
     roots = _walk_graph(table)
     nodes, key, buffers, random_args, scalar_dtypes, scalar_values, scalar_slot = _signature(table, roots)
-    items, root_numbers = key
+    root_numbers, items = _decode(key)
     assert root_numbers == (0, 1, 2)
-    assert nodes[:3] == roots and len(nodes) == len(set(map(id, nodes))) == 11
+    assert nodes[:3] == roots and len(nodes) == len(set(map(id, nodes))) == len(items) == 11
     position = {id(node): i for i, node in enumerate(nodes)}
     for node, item in zip(nodes, items):
         # Every node's sources are numbered (the key needs no topological order).
-        assert item[0] == node.op and item[3:] == (node.dtype, node.shape)
-        assert item[2] == tuple(position[id(s)] for s in node.srcs)
-        if node.srcs:
-            assert item[1] == node._karg
-    leaves = {node.op: item[1] for node, item in zip(nodes, items) if not node.srcs}
+        assert item[5] == tuple(position[id(s)] for s in node.srcs)
+    # Ops, dtypes, shapes and inner nodes' args are written as numbers, one per distinct value.
+    _one_number_each((node.op, item[0]) for node, item in zip(nodes, items))
+    _one_number_each((node.dtype, item[3]) for node, item in zip(nodes, items))
+    _one_number_each((node.shape, item[4]) for node, item in zip(nodes, items))
+    _one_number_each((node._karg, item[2]) for node, item in zip(nodes, items) if node.srcs)
+    assert all(item[1] == ARG_KEYED for node, item in zip(nodes, items) if node.srcs)
+    leaves = {node.op: item[1:3] for node, item in zip(nodes, items) if not node.srcs}
     # Buffers by first appearance (x is a root, w is found later), each once.
     assert buffers == ["x", "w"]
-    assert leaves["RANDOM"] == 0 and random_args == [7, 0]
-    assert leaves["CONST"] == ("scalar", 0) and scalar_dtypes == [_float32()]
+    assert sorted(item[2] for node, item in zip(nodes, items) if node.op == "BUFFER") == [0, 1]
+    assert all(item[1] == ARG_BUFFER for node, item in zip(nodes, items) if node.op == "BUFFER")
+    assert leaves["RANDOM"] == (ARG_RANDOM, 0) and random_args == [7, 0]
+    assert leaves["CONST"] == (ARG_SCALAR, 0) and scalar_dtypes == [_float32()]
     assert scalar_values == [[1e-5]]
     const = next(n for n in nodes if n.op == "CONST")
     assert scalar_slot == {id(const): (0, 0)}
     # Inline constants stay in the key (structural values the code folds).
     f32 = _float32()
-    one = table.Node("CONST", 1.0, (), f32, (8,))
-    _, key, *_, values, slots = _signature(table, [table.binary_node("mul", roots[2], one, f32)])
-    assert key[0][2] == ("CONST", ("f", "1.0"), (), f32, (8,)) and values == [] and slots == {}
+    keys = []
+    for value in (1.0, 2.0, 1.0):
+        inline = table.Node("CONST", value, (), f32, (8,))
+        _, key, *_, values, slots = _signature(table, [table.binary_node("mul", roots[2], inline, f32)])
+        assert _decode(key)[1][2][1] == ARG_KEYED and values == [] and slots == {}
+        keys.append(key)
+    assert keys[0] != keys[1] and keys[0] == keys[2]
+
+
+@pytest.mark.parametrize("table", _tables())
+def test_signature_keys_structure_not_values(table):
+    """Equal structures on other buffers and scalar parameters have one key; another shape,
+    op, inline constant or sharing of a buffer has another."""
+    f32 = _float32()
+
+    def graph(a, b, scale, shape=(8,), op="add"):
+        x = table.Node("BUFFER", a, (), f32, shape)
+        y = table.Node("BUFFER", b, (), f32, shape)
+        c = table.Node("CONST", scale, (), f32, shape)
+        return _signature(table, [table.binary_node(op, table.binary_node("mul", x, c, f32), y, f32)])[1]
+
+    base = graph("p", "q", 0.3)
+    assert graph("r", "s", 0.7) == base
+    assert graph("p", "p", 0.3) != base  # one buffer read twice binds one slot
+    assert graph("p", "q", 0.3, shape=(9,)) != base
+    assert graph("p", "q", 0.3, op="sub") != base
+    assert graph("p", "q", 1.0) != base  # 1.0 is an inline constant
 
 
 def test_both_tables_give_one_signature():
     """The signature's key is what the schedule cache is keyed by: the C table and the Python
-    one must give equal keys and bindings for one graph."""
+    one must write one structure (their value numbers may differ, one to one) and the same
+    bindings for one graph."""
     tables = [t.values[0] for t in _tables() if not t.marks]
     if len(tables) < 2:
         pytest.skip("the C node table is not built here (no C compiler or Python headers)")
     results = []
     for table in tables:
-        _, *parts, slots = _signature(table, _walk_graph(table))
-        results.append((parts, sorted(slots.values())))
-    assert results[0] == results[1]
+        _, key, *parts, slots = _signature(table, _walk_graph(table))
+        results.append((_decode(key), parts, sorted(slots.values())))
+    (roots_c, items_c), *rest_c = results[0]
+    (roots_py, items_py), *rest_py = results[1]
+    assert roots_c == roots_py and rest_c == rest_py and len(items_c) == len(items_py)
+    for item_c, item_py in zip(items_c, items_py):
+        assert item_c[1] == item_py[1] and item_c[5] == item_py[5]
+        if item_c[1] != 0:  # a leaf's position
+            assert item_c[2] == item_py[2]
+    for field in (0, 3, 4):
+        _one_number_each((c[field], p[field]) for c, p in zip(items_c, items_py))
+    _one_number_each((c[2], p[2]) for c, p in zip(items_c, items_py) if c[1] == 0)
 
 
 def _configured(table):

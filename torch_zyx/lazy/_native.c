@@ -10,7 +10,8 @@
  *   intern(op, arg, karg, srcs, dtype, shape)   the same with ``arg`` already keyed
  *   binary_node(op, x, y, dtype), unary_node(op, x)   recording's fast constructors
  *   pending                              nodes built since the last realization (.count)
- *   signature(roots, inline_floats)      the schedule cache's key (kernelize.GraphSignature)
+ *   signature(roots, inline_floats)      the schedule cache's key (kernelize.GraphSignature),
+ *                                        a byte string (nodes_py.signature)
  *
  * The table maps a node's key (op, keyed arg, srcs, dtype, shape) to the node's address; a
  * node removes its entry when it dies, so the table holds no reference to live nodes and
@@ -30,6 +31,12 @@ typedef struct {
     PyObject *key; /* its key in the table */
     Py_hash_t hash; /* the key's hash (tuples do not keep theirs) */
     PyObject *weakreflist;
+    /* The signature walk's state: the node's number in the walk ``walk`` (no dict of
+     * positions), and its fields' numbers in ``field_ids`` once a walk has asked for them
+     * (0: not yet). */
+    unsigned long long walk;
+    Py_ssize_t walk_number;
+    long long op_id, karg_id, dtype_id, shape_id;
 } NodeObject;
 
 typedef struct {
@@ -138,6 +145,9 @@ intern_node(PyObject *op, PyObject *arg, PyObject *karg, PyObject *srcs, PyObjec
     node->key = key;
     node->hash = hash;
     node->weakreflist = NULL;
+    node->walk = 0;
+    node->walk_number = 0;
+    node->op_id = node->karg_id = node->dtype_id = node->shape_id = 0;
     address = PyLong_FromVoidPtr(node);
     if (address == NULL || TABLE_SET(key, address, hash) < 0) {
         Py_XDECREF(address);
@@ -746,12 +756,116 @@ py_file_unfiled(PyObject *module, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* The signature's key is a byte string of 64-bit numbers (nodes_py.signature says what it
+ * encodes): equal strings are equal structures, a bytes object keeps its hash, and comparing
+ * two is one memcmp. Values (ops, keyed args, dtypes, shapes) are written as their numbers in
+ * ``field_numbers``: each distinct value gets the next number, once. The table is emptied when
+ * it grows past FIELD_NUMBERS_MAX; numbers are never given twice, so a value seen again after
+ * that only gets a new one (the same structure then misses the schedule cache once). */
+static PyObject *field_numbers; /* value -> PyLong number */
+static long long next_field_number = 1;
+static unsigned long long walk_count; /* the current walk (NodeObject.walk) */
+#define FIELD_NUMBERS_MAX (1 << 16)
+
+/* The numbers of the values numbered last, by the values' addresses: a node's shape is often
+ * its source's very object, and its op and dtype always are shared objects. Each entry holds
+ * its value, so no other object can take that address while the entry stands. */
+#define RECENT_FIELDS 64
+static struct {
+    PyObject *value;
+    long long number;
+} recent_fields[RECENT_FIELDS];
+
+/* ``value``'s number in ``field_numbers`` (given now if it has none); 0 with an error set. */
+static long long
+field_number(PyObject *value)
+{
+    size_t slot = ((size_t)value >> 4) % RECENT_FIELDS;
+    if (recent_fields[slot].value == value)
+        return recent_fields[slot].number;
+    long long result;
+    PyObject *number = PyDict_GetItemWithError(field_numbers, value);
+    if (number != NULL) {
+        result = PyLong_AsLongLong(number);
+        if (result == -1 && PyErr_Occurred())
+            return 0;
+    } else {
+        if (PyErr_Occurred())
+            return 0;
+        if (PyDict_GET_SIZE(field_numbers) >= FIELD_NUMBERS_MAX)
+            PyDict_Clear(field_numbers);
+        number = PyLong_FromLongLong(next_field_number);
+        if (number == NULL || PyDict_SetItem(field_numbers, value, number) < 0) {
+            Py_XDECREF(number);
+            return 0;
+        }
+        Py_DECREF(number);
+        result = next_field_number++;
+    }
+    Py_INCREF(value);
+    Py_XSETREF(recent_fields[slot].value, value);
+    recent_fields[slot].number = result;
+    return result;
+}
+
+/* The numbers of ``node``'s op, dtype and shape (kept in the node); 0 on error. */
+static int
+number_fields(NodeObject *node)
+{
+    if (node->op_id != 0)
+        return 1;
+    long long op = field_number(node->op), dtype = op ? field_number(node->dtype) : 0;
+    long long shape = dtype ? field_number(node->shape) : 0;
+    if (shape == 0)
+        return 0;
+    node->op_id = op;
+    node->dtype_id = dtype;
+    node->shape_id = shape;
+    return 1;
+}
+
+/* A growing array of 64-bit numbers: the key being written. */
+typedef struct {
+    long long *data;
+    Py_ssize_t size, capacity;
+} Words;
+
+static int
+put(Words *words, long long value)
+{
+    if (words->size == words->capacity) {
+        Py_ssize_t capacity = words->capacity ? 2 * words->capacity : 256;
+        long long *data = PyMem_Realloc(words->data, capacity * sizeof(long long));
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        words->data = data;
+        words->capacity = capacity;
+    }
+    words->data[words->size++] = value;
+    return 1;
+}
+
 /* Leaf abstraction of ``signature``: what is kept of each leaf, and what it binds. */
 typedef struct {
     PyObject *buffers, *buffer_pos, *random_args, *scalar_dtypes, *scalar_values, *scalar_slot;
     PyObject *inline_floats;
 } Leaves;
 
+/* How a leaf's arg is written in the key (nodes_py.LEAF_*). */
+enum { ARG_KEYED = 0, ARG_BUFFER = 1, ARG_RANDOM = 2, ARG_SCALAR = 3 };
+
+/* Writes ``node``'s keyed arg as (ARG_KEYED, its number). Only for inner nodes and leaves kept
+ * as they are: a buffer handle or a scalar parameter's value never enters ``field_numbers``
+ * (that would keep the buffer alive, or number every learning rate). */
+static int
+put_keyed_arg(NodeObject *node, Words *words)
+{
+    if (node->karg_id == 0 && (node->karg_id = field_number(node->karg)) == 0)
+        return 0;
+    return put(words, ARG_KEYED) && put(words, node->karg_id);
+}
 
 /* Whether the CONST ``node`` is a run-time scalar parameter: a float dtype and a finite value
  * outside ``inline_floats`` (nodes_py.is_scalar_param). -1 on error. */
@@ -774,46 +888,47 @@ is_scalar_param(NodeObject *node, PyObject *inline_floats)
     return isfinite(value) ? 1 : 0;
 }
 
-/* The keyed arg of leaf ``node`` in the signature (a new reference): its position among the
- * buffers, random parameters or scalar group, recorded in ``leaves``; NULL with no error set
- * when the leaf is kept as it is. */
-static PyObject *
-abstract_leaf(NodeObject *node, Leaves *leaves)
+/* Writes leaf ``node``'s arg as (how, number) into ``words``: its position among the buffers,
+ * random parameters or scalar groups, recorded in ``leaves``, or its keyed arg's number. */
+static int
+put_leaf_arg(NodeObject *node, Leaves *leaves, Words *words)
 {
-    if (PyUnicode_Compare(node->op, buffer_op) == 0) {
+    if (node->op == buffer_op || PyUnicode_Compare(node->op, buffer_op) == 0) {
         PyObject *handle_id = PyLong_FromVoidPtr(node->arg); /* buffers by identity */
         if (handle_id == NULL)
-            return NULL;
+            return 0;
         PyObject *position = PyDict_GetItemWithError(leaves->buffer_pos, handle_id);
+        Py_ssize_t number;
         if (position != NULL) {
-            Py_DECREF(handle_id);
-            Py_INCREF(position);
-            return position;
-        }
-        position = PyErr_Occurred() ? NULL : PyLong_FromSsize_t(PyList_GET_SIZE(leaves->buffers));
-        if (position == NULL || PyDict_SetItem(leaves->buffer_pos, handle_id, position) < 0 ||
-            PyList_Append(leaves->buffers, node->arg) < 0) {
-            Py_DECREF(handle_id);
-            Py_XDECREF(position);
-            return NULL;
+            number = PyLong_AsSsize_t(position);
+        } else {
+            number = PyList_GET_SIZE(leaves->buffers);
+            position = PyErr_Occurred() ? NULL : PyLong_FromSsize_t(number);
+            if (position == NULL || PyDict_SetItem(leaves->buffer_pos, handle_id, position) < 0 ||
+                PyList_Append(leaves->buffers, node->arg) < 0) {
+                Py_DECREF(handle_id);
+                Py_XDECREF(position);
+                return 0;
+            }
+            Py_DECREF(position);
         }
         Py_DECREF(handle_id);
-        return position;
+        return put(words, ARG_BUFFER) && put(words, number);
     }
-    if (PyUnicode_Compare(node->op, random_op) == 0) {
-        PyObject *position = PyLong_FromSsize_t(PyList_GET_SIZE(leaves->random_args));
+    if (node->op == random_op || PyUnicode_Compare(node->op, random_op) == 0) {
         Py_ssize_t end = PyList_GET_SIZE(leaves->random_args);
-        if (position == NULL || PyList_SetSlice(leaves->random_args, end, end, node->arg) < 0) {
-            Py_XDECREF(position);
-            return NULL;
-        }
-        return position;
+        if (PyList_SetSlice(leaves->random_args, end, end, node->arg) < 0)
+            return 0;
+        return put(words, ARG_RANDOM) && put(words, end);
     }
-    if (PyUnicode_Compare(node->op, const_op) != 0)
-        return NULL;
-    int scalar = is_scalar_param(node, leaves->inline_floats);
-    if (scalar <= 0)
-        return NULL;
+    int scalar = 0;
+    if (node->op == const_op || PyUnicode_Compare(node->op, const_op) == 0) {
+        scalar = is_scalar_param(node, leaves->inline_floats);
+        if (scalar < 0)
+            return 0;
+    }
+    if (!scalar)
+        return put_keyed_arg(node, words);
     Py_ssize_t n_groups = PyList_GET_SIZE(leaves->scalar_dtypes), group = 0;
     while (group < n_groups && PyList_GET_ITEM(leaves->scalar_dtypes, group) != node->dtype)
         group++;
@@ -822,76 +937,68 @@ abstract_leaf(NodeObject *node, Leaves *leaves)
         if (values == NULL || PyList_Append(leaves->scalar_dtypes, node->dtype) < 0 ||
             PyList_Append(leaves->scalar_values, values) < 0) {
             Py_XDECREF(values);
-            return NULL;
+            return 0;
         }
         Py_DECREF(values);
     }
     PyObject *values = PyList_GET_ITEM(leaves->scalar_values, group);
     PyObject *node_id = PyLong_FromVoidPtr(node);
-    PyObject *slot = Py_BuildValue("(nn)", group, PyList_GET_SIZE(values));
-    PyObject *keyed = Py_BuildValue("(On)", scalar_tag, group);
-    if (node_id == NULL || slot == NULL || keyed == NULL ||
+    PyObject *slot = node_id ? PyTuple_New(2) : NULL;
+    if (slot != NULL) {
+        PyTuple_SET_ITEM(slot, 0, PyLong_FromSsize_t(group));
+        PyTuple_SET_ITEM(slot, 1, PyLong_FromSsize_t(PyList_GET_SIZE(values)));
+    }
+    if (slot == NULL || PyTuple_GET_ITEM(slot, 0) == NULL || PyTuple_GET_ITEM(slot, 1) == NULL ||
         PyDict_SetItem(leaves->scalar_slot, node_id, slot) < 0 ||
         PyList_Append(values, node->arg) < 0) {
         Py_XDECREF(node_id);
         Py_XDECREF(slot);
-        Py_XDECREF(keyed);
-        return NULL;
+        return 0;
     }
     Py_DECREF(node_id);
     Py_DECREF(slot);
-    return keyed;
+    return put(words, ARG_SCALAR) && put(words, group);
 }
 
-/* The number of ``node`` in the walk, numbering it (and queueing it) when it is new. */
-static PyObject *
-number_of(PyObject *node, PyObject *positions, PyObject *nodes)
+/* The number of ``node`` in the walk, numbering it (and queueing it) when it is new; -1 on
+ * error. */
+static Py_ssize_t
+number_of(NodeObject *node, PyObject *nodes)
 {
-    PyObject *number = PyDict_GetItemWithError(positions, node);
-    if (number != NULL) {
-        Py_INCREF(number);
-        return number;
-    }
-    if (PyErr_Occurred())
-        return NULL;
-    number = PyLong_FromSsize_t(PyList_GET_SIZE(nodes));
-    if (number == NULL || PyDict_SetItem(positions, node, number) < 0 ||
-        PyList_Append(nodes, node) < 0) {
-        Py_XDECREF(number);
-        return NULL;
-    }
+    if (node->walk == walk_count)
+        return node->walk_number;
+    Py_ssize_t number = PyList_GET_SIZE(nodes);
+    if (PyList_Append(nodes, (PyObject *)node) < 0)
+        return -1;
+    node->walk = walk_count;
+    node->walk_number = number;
     return number;
 }
 
-/* The item of node ``i`` of the walk (a new reference), numbering its sources. */
-static PyObject *
-walk_item(NodeObject *node, PyObject *positions, PyObject *nodes, Leaves *leaves)
+/* Writes node ``node`` of the walk into ``words``, numbering its sources. */
+static int
+put_node(NodeObject *node, PyObject *nodes, Leaves *leaves, Words *words)
 {
+    if (!number_fields(node) || !put(words, node->op_id))
+        return 0;
     Py_ssize_t n_srcs = PyTuple_GET_SIZE(node->srcs);
-    PyObject *numbers = PyTuple_New(n_srcs);
-    if (numbers == NULL)
-        return NULL;
-    for (Py_ssize_t j = 0; j < n_srcs; j++) {
-        PyObject *number = number_of(PyTuple_GET_ITEM(node->srcs, j), positions, nodes);
-        if (number == NULL) {
-            Py_DECREF(numbers);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(numbers, j, number);
-    }
-    PyObject *arg = NULL;
     if (n_srcs == 0) {
-        arg = abstract_leaf(node, leaves);
-        if (arg == NULL && PyErr_Occurred()) {
-            Py_DECREF(numbers);
-            return NULL;
-        }
+        if (!put_leaf_arg(node, leaves, words))
+            return 0;
+    } else if (!put_keyed_arg(node, words)) {
+        return 0;
     }
-    PyObject *item = PyTuple_Pack(5, node->op, arg != NULL ? arg : node->karg, numbers, node->dtype,
-                                  node->shape);
-    Py_XDECREF(arg);
-    Py_DECREF(numbers);
-    return item;
+    if (!put(words, node->dtype_id) || !put(words, node->shape_id) || !put(words, n_srcs))
+        return 0;
+    for (Py_ssize_t j = 0; j < n_srcs; j++) {
+        PyObject *src = PyTuple_GET_ITEM(node->srcs, j);
+        if (!check_node(src))
+            return 0;
+        Py_ssize_t number = number_of((NodeObject *)src, nodes);
+        if (number < 0 || !put(words, number))
+            return 0;
+    }
+    return 1;
 }
 
 /* signature(roots, inline_floats) -> (nodes, key, buffers, random_args, scalar_dtypes,
@@ -904,56 +1011,48 @@ py_signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Leaves leaves = {PyList_New(0), PyDict_New(), PyList_New(0), PyList_New(0), PyList_New(0),
                      PyDict_New(), args[1]};
-    PyObject *positions = PyDict_New(), *nodes = PyList_New(0), *items = PyList_New(0);
+    PyObject *nodes = PyList_New(0);
     PyObject *fast = PySequence_Fast(args[0], "signature() takes a sequence of nodes");
-    PyObject *root_numbers = NULL, *key = NULL, *result = NULL;
+    PyObject *key = NULL, *result = NULL;
+    Words words = {NULL, 0, 0};
     if (leaves.buffers == NULL || leaves.buffer_pos == NULL || leaves.random_args == NULL ||
         leaves.scalar_dtypes == NULL || leaves.scalar_values == NULL ||
-        leaves.scalar_slot == NULL || positions == NULL || nodes == NULL || items == NULL ||
-        fast == NULL)
+        leaves.scalar_slot == NULL || nodes == NULL || fast == NULL)
         goto done;
+    walk_count++;
+    /* The header: the number of roots and theirs (nodes_py.signature); the node count last. */
     Py_ssize_t n_roots = PySequence_Fast_GET_SIZE(fast);
-    root_numbers = PyTuple_New(n_roots);
-    if (root_numbers == NULL)
+    if (!put(&words, n_roots))
         goto done;
     for (Py_ssize_t i = 0; i < n_roots; i++) {
         PyObject *root = PySequence_Fast_GET_ITEM(fast, i);
-        PyObject *number = check_node(root) ? number_of(root, positions, nodes) : NULL;
-        if (number == NULL)
+        Py_ssize_t number = check_node(root) ? number_of((NodeObject *)root, nodes) : -1;
+        if (number < 0 || !put(&words, number))
             goto done;
-        PyTuple_SET_ITEM(root_numbers, i, number);
     }
-    /* The list grows while it is walked: the loop also visits the nodes it discovers. */
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
-        PyObject *item = walk_item((NodeObject *)PyList_GET_ITEM(nodes, i), positions, nodes,
-                                   &leaves);
-        if (item == NULL || PyList_Append(items, item) < 0) {
-            Py_XDECREF(item);
-            goto done;
-        }
-        Py_DECREF(item);
-    }
-    PyObject *item_tuple = PyList_AsTuple(items);
-    if (item_tuple == NULL)
+    Py_ssize_t count_at = words.size;
+    if (!put(&words, 0))
         goto done;
-    key = PyTuple_Pack(2, item_tuple, root_numbers);
-    Py_DECREF(item_tuple);
+    /* The list grows while it is walked: the loop also visits the nodes it discovers. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++)
+        if (!put_node((NodeObject *)PyList_GET_ITEM(nodes, i), nodes, &leaves, &words))
+            goto done;
+    words.data[count_at] = PyList_GET_SIZE(nodes);
+    key = PyBytes_FromStringAndSize((const char *)words.data, words.size * sizeof(long long));
     if (key == NULL)
         goto done;
     result = PyTuple_Pack(7, nodes, key, leaves.buffers, leaves.random_args, leaves.scalar_dtypes,
                           leaves.scalar_values, leaves.scalar_slot);
 done:
+    PyMem_Free(words.data);
     Py_XDECREF(leaves.buffers);
     Py_XDECREF(leaves.buffer_pos);
     Py_XDECREF(leaves.random_args);
     Py_XDECREF(leaves.scalar_dtypes);
     Py_XDECREF(leaves.scalar_values);
     Py_XDECREF(leaves.scalar_slot);
-    Py_XDECREF(positions);
     Py_XDECREF(nodes);
-    Py_XDECREF(items);
     Py_XDECREF(fast);
-    Py_XDECREF(root_numbers);
     Py_XDECREF(key);
     return result;
 }
@@ -1015,6 +1114,9 @@ PyInit__native(void)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
     table = PyDict_New();
+    field_numbers = PyDict_New();
+    if (field_numbers == NULL)
+        return NULL;
     pending = PyObject_New(PendingObject, &PendingType);
     if (table == NULL || pending == NULL)
         return NULL;

@@ -103,7 +103,10 @@ class GraphSignature:
 
     Nodes are numbered in breadth-first discovery order from the roots (``order``), and the key
     lists each node's (op, arg, source numbers, dtype, shape) in that order: a complete
-    description of the graph, so equal keys mean equal structure. The numbering needs no
+    description of the graph, so equal keys mean equal structure. It is written as a byte string
+    of numbers (values by their numbers in the node table's register: nodes_py.signature), which
+    keeps its hash and compares as one memcmp; the earlier tuple of tuples cost a realization of
+    a layer norm ~5 us in hashing and comparing on the 2-core box. The numbering needs no
     topological order, which lets one visit per node number its sources on the spot (a
     sources-first walk visits most nodes twice); it depends only on the structure (roots and
     source order), so the same structure always gets the same key. Every realization pays for

@@ -11,6 +11,8 @@ nodes through this module's surface, the same as the C module's: ``Node``, ``int
 
 from __future__ import annotations
 
+import array
+import itertools
 import math
 import sys
 import weakref
@@ -341,27 +343,51 @@ def is_scalar_param(node: Node, inline_floats: frozenset) -> bool:
             and not math.isinf(value) and not math.isnan(value))
 
 
+# How a leaf's arg is written in the signature's key (``_native.c`` has the same numbers).
+ARG_KEYED, ARG_BUFFER, ARG_RANDOM, ARG_SCALAR = 0, 1, 2, 3
+# Values' numbers in signature keys: each distinct value (op, keyed arg, dtype, shape) gets the
+# next number, once. Emptied past _FIELD_NUMBERS_MAX entries; numbers are never given twice.
+_field_numbers: dict[Any, int] = {}
+_FIELD_NUMBERS_MAX = 1 << 16
+# (``next`` of a count is atomic: two threads numbering two values never get one number)
+_next_field_number = itertools.count(1)
+
+
+def _field_number(value: Any) -> int:
+    number = _field_numbers.get(value)
+    if number is None:
+        if len(_field_numbers) >= _FIELD_NUMBERS_MAX:
+            _field_numbers.clear()
+        number = _field_numbers[value] = next(_next_field_number)
+    return number
+
+
 def signature(roots: list[Node], inline_floats: frozenset) -> tuple:
     """``kernelize.GraphSignature``'s parts: (nodes, key, buffers, random_args, scalar_dtypes,
     scalar_values, scalar_slot).
 
-    Nodes are numbered in breadth-first discovery order from the roots (``nodes``); the key
-    lists each node's (op, keyed arg, source numbers, dtype, shape) in that order, then the
-    roots' numbers. Leaves are abstracted to positions: a buffer to its place in ``buffers``
-    (each once), a random leaf to its parameters' place in ``random_args``, and a scalar
-    parameter (``is_scalar_param``) to ("scalar", its dtype's group): ``scalar_values[k]``
+    Nodes are numbered in breadth-first discovery order from the roots (``nodes``). The key is
+    a byte string of 64-bit numbers: the number of roots and theirs, the number of nodes, then
+    per node in that order its op, its arg as (how, number), its dtype, its shape, its number
+    of sources and theirs. Values are written as their numbers (``_field_number``), so equal
+    keys mean equal structures, and a key is hashed and compared as plain bytes. Leaves are
+    abstracted to positions: a buffer to (ARG_BUFFER, its place in ``buffers``, each once), a
+    random leaf to (ARG_RANDOM, its parameters' place in ``random_args``), and a scalar
+    parameter (``is_scalar_param``) to (ARG_SCALAR, its dtype's group): ``scalar_values[k]``
     holds group k's values, of dtype ``scalar_dtypes[k]``, and ``scalar_slot`` maps the id of
-    a CONST node to (group, index). Every realization pays for this walk, hence the unrolled,
-    attribute-light loop."""
+    a CONST node to (group, index). Every other arg is (ARG_KEYED, its keyed value's number).
+    Every realization pays for this walk (``_native.c`` does it in C)."""
     nodes: list[Node] = []
     pos: dict[Node, int] = {}  # nodes hash by identity
     for root in roots:
         if root not in pos:
             pos[root] = len(nodes)
             nodes.append(root)
-    get, discover = pos.get, nodes.append
-    items: list[tuple] = []
-    emit = items.append
+    words = array.array("q", [len(roots)])
+    words.extend(pos[root] for root in roots)
+    count_at = len(words)
+    words.append(0)
+    number = _field_number
     buffers: list = []
     buffer_pos: dict[int, int] = {}
     random_args: list[int] = []
@@ -372,48 +398,39 @@ def signature(roots: list[Node], inline_floats: frozenset) -> tuple:
     # discovered on the way, in discovery order.
     for node in nodes:
         srcs = node.srcs
-        if srcs:  # an inner node: its arg is kept as is (only leaves are abstracted)
-            first = srcs[0]
-            p = get(first)
-            if p is None:
-                p = pos[first] = len(nodes)
-                discover(first)
-            if len(srcs) == 1:
-                emit((node.op, node._karg, (p,), node.dtype, node.shape))
-                continue
-            numbers = [p]
-            for src in srcs[1:]:
-                p = get(src)
-                if p is None:
-                    p = pos[src] = len(nodes)
-                    discover(src)
-                numbers.append(p)
-            emit((node.op, node._karg, tuple(numbers), node.dtype, node.shape))
-            continue
         op = node.op
-        if op == "BUFFER":
-            handle = node.arg
-            arg = buffer_pos.get(id(handle))
-            if arg is None:
-                arg = buffer_pos[id(handle)] = len(buffers)
-                buffers.append(handle)
-        elif op == "RANDOM":
-            arg = len(random_args)
-            random_args.extend(node.arg)
-        elif op == "CONST" and is_scalar_param(node, inline_floats):
-            dtype = node.dtype
-            if dtype in scalar_dtypes:
-                group = scalar_dtypes.index(dtype)
-            else:
-                group = len(scalar_dtypes)
-                scalar_dtypes.append(dtype)
-                scalar_values.append([])
-            values = scalar_values[group]
-            scalar_slot[id(node)] = (group, len(values))
-            values.append(node.arg)
-            arg = ("scalar", group)
-        else:
-            arg = node._karg
-        emit((op, arg, (), node.dtype, node.shape))
-    key = (tuple(items), tuple(map(pos.__getitem__, roots)))
-    return nodes, key, buffers, random_args, scalar_dtypes, scalar_values, scalar_slot
+        how, arg = ARG_KEYED, None
+        if not srcs:
+            if op == "BUFFER":
+                handle = node.arg
+                arg = buffer_pos.get(id(handle))
+                if arg is None:
+                    arg = buffer_pos[id(handle)] = len(buffers)
+                    buffers.append(handle)
+                how = ARG_BUFFER
+            elif op == "RANDOM":
+                how, arg = ARG_RANDOM, len(random_args)
+                random_args.extend(node.arg)
+            elif op == "CONST" and is_scalar_param(node, inline_floats):
+                dtype = node.dtype
+                if dtype in scalar_dtypes:
+                    group = scalar_dtypes.index(dtype)
+                else:
+                    group = len(scalar_dtypes)
+                    scalar_dtypes.append(dtype)
+                    scalar_values.append([])
+                values = scalar_values[group]
+                scalar_slot[id(node)] = (group, len(values))
+                values.append(node.arg)
+                how, arg = ARG_SCALAR, group
+        if how == ARG_KEYED:
+            arg = number(node._karg)
+        words.extend((number(op), how, arg, number(node.dtype), number(node.shape), len(srcs)))
+        for src in srcs:
+            p = pos.get(src)
+            if p is None:
+                p = pos[src] = len(nodes)
+                nodes.append(src)
+            words.append(p)
+    words[count_at] = len(nodes)
+    return nodes, words.tobytes(), buffers, random_args, scalar_dtypes, scalar_values, scalar_slot
