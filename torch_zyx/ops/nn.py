@@ -99,16 +99,44 @@ def _check_layer_norm(shape: tuple, normalized_shape: list, weight, bias) -> Non
                            f"[*, {', '.join(map(str, normalized))}], but got input of size{list(shape)}")
 
 
+class _NormShapes:
+    """What layer norm derives from an input shape and a normalized shape (``_norm_shapes``)."""
+
+    __slots__ = ("axis", "count", "dims", "first_bounds", "param_shape", "stat_shape")
+
+    def __init__(self, shape: tuple, normalized_shape: tuple):
+        axis = self.axis = len(shape) - len(normalized_shape)
+        self.dims = tuple(range(axis, len(shape)))
+        self.count = math.prod(normalized_shape)
+        self.stat_shape = shape[:axis] + (1,) * len(normalized_shape)
+        # Each block's first element (the shift of the one-pass variance).
+        self.first_bounds = tuple((0, size) for size in shape[:axis]) + ((0, 1),) * len(normalized_shape)
+        self.param_shape = (1,) * axis + normalized_shape
+
+
+# (input shape, normalized shape) -> _NormShapes: recording a layer norm again (every step of
+# a model) derives nothing again.
+_norm_shapes: dict[tuple, _NormShapes] = {}
+
+
+def _shapes_of(shape: tuple, normalized_shape) -> _NormShapes:
+    key = (shape, tuple(normalized_shape))
+    shapes = _norm_shapes.get(key)
+    if shapes is None:
+        if len(_norm_shapes) >= 256:
+            _norm_shapes.clear()
+        shapes = _norm_shapes[key] = _NormShapes(*key)
+    return shapes
+
+
 @register(aten.native_layer_norm.default)
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     node = read(x)
     _check_layer_norm(node.shape, normalized_shape, weight, bias)
     dtype = node.dtype
     node = g.cast(node, _acc_dtype(dtype))
-    axis = x.dim() - len(normalized_shape)
-    dims = tuple(range(axis, x.dim()))
-    count = math.prod(normalized_shape)
-    stat_shape = tuple(node.shape[:axis]) + (1,) * len(dims)
+    shapes = _shapes_of(node.shape, normalized_shape)
+    dims, count, stat_shape = shapes.dims, shapes.count, shapes.stat_shape
     if node.numel == 0:
         nan = g.const(float("nan"), dtype, stat_shape)
         return (wrap(g.cast(node, dtype), x._storage.device), wrap(nan, x._storage.device),
@@ -116,23 +144,23 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
     # One pass over x (mean and variance reduce together, one kernel): sums of x shifted by
     # the block's first element, which keeps E[d^2] - E[d]^2 free of cancellation when the
     # mean is large compared to the spread.
-    first = g.shrink(node, tuple((0, s) if i < axis else (0, 1) for i, s in enumerate(node.shape)))
-    shifted = g.binary("sub", node, _bcast(first, node.shape))
+    shape = node.shape
+    first = g.shrink(node, shapes.first_bounds)
+    shifted = g.binary("sub", node, g.expand(first, shape))
     inv_count = g.const(1.0 / count, node.dtype, stat_shape)
     shifted_mean = g.binary("mul", g.reduce("sum", shifted, dims), inv_count)
     square_mean = g.binary("mul", g.reduce("sum", g.binary("mul", shifted, shifted), dims), inv_count)
     mean = g.binary("add", first, shifted_mean)
     var = g.binary("max", g.binary("sub", square_mean, g.binary("mul", shifted_mean, shifted_mean)),
                    g.const(0.0, node.dtype, stat_shape))
-    diff = g.binary("sub", node, _bcast(mean, node.shape))
+    diff = g.binary("sub", node, g.expand(mean, shape))
     rstd = g.unary("recip", g.unary("sqrt", g.binary("add", var, g.const(eps, node.dtype, stat_shape))))
-    out = g.binary("mul", diff, _bcast(rstd, node.shape))
-    lead = (1,) * axis
+    out = g.binary("mul", diff, g.expand(rstd, shape))
     if weight is not None:
-        w = g.expand(g.reshape(g.cast(read(weight), node.dtype), lead + tuple(normalized_shape)), node.shape)
+        w = g.expand(g.reshape(g.cast(read(weight), node.dtype), shapes.param_shape), shape)
         out = g.binary("mul", out, w)
     if bias is not None:
-        b = g.expand(g.reshape(g.cast(read(bias), node.dtype), lead + tuple(normalized_shape)), node.shape)
+        b = g.expand(g.reshape(g.cast(read(bias), node.dtype), shapes.param_shape), shape)
         out = g.binary("add", out, b)
     dev = x._storage.device
     stat_dtype = dtype  # ATen saves mean/rstd in the input's dtype (half inputs too)
