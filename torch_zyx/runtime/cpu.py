@@ -1,15 +1,14 @@
-"""CPU runtime: LLVM IR text → machine code with llvmlite (host CPU, O3), launched through ctypes.
+"""CPU runtime: LLVM IR text → machine code with llvmlite (host CPU, O3), called by address.
 
 A program is ``void kernel(ptr* buffers, i64* params, i64 start, i64 end)`` that runs outer
 iterations [start, end), plus a parallel entry that takes chunks of the outer range off an
 atomic counter. ``launch`` runs the parallel entry on the device's thread team (cpu_team.py);
-ctypes releases the GIL during the call, so other Python threads keep recording. Compiled
+the calls (cpu_calls.py) release the GIL, so other Python threads keep recording. Compiled
 objects are cached on disk under ``$XDG_CACHE_HOME/zyx/llvm`` keyed by source hash.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import logging
 import os
@@ -25,21 +24,14 @@ from ..lazy.panels import DEFAULT_TILE, MatmulTile
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
 from . import CompileError
+from .cpu_calls import CALLS
 from .cpu_team import NativeTeam, OpenMPTeam, PythonWorkers
 
 log = logging.getLogger("torch_zyx")
 
-_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-# ``void kernel_parallel(Task* task)``: every thread of a launch calls it with the same task.
-_PARALLEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# ``void kernel_parallel(Task* task)``: every thread of a launch calls it with the same task
+# (cpu_calls.py: the task's layout).
 _PARALLEL_SUFFIX = "_parallel"
-
-
-class _Task(ctypes.Structure):
-    """One parallel launch, as the parallel entry reads it."""
-
-    _fields_ = [("buffers", ctypes.c_void_p), ("params", ctypes.c_void_p), ("counter", ctypes.c_int64),
-                ("end", ctypes.c_int64), ("chunk", ctypes.c_int64)]
 
 
 # The parallel entry added to every kernel: runs [start, start + chunk) for start taken off
@@ -147,20 +139,18 @@ class CPUProgram:
     def __init__(self, device: CPUDevice, name: str, engine, address: int, source: str):
         self.device, self.name, self.source = device, name, source
         self._engine = engine  # keeps the machine code alive
-        self._fn = _KERNEL_TYPE(address)
+        self.address = address
         self.parallel_address = engine.get_function_address(name + _PARALLEL_SUFFIX)
-        self.parallel = _PARALLEL_TYPE(self.parallel_address)
 
     def launch(self, buffers: list, params: list[int], global_size: int, work: int,
                wait_events: list[Event]) -> Event:
         """Run outer iterations [0, global_size); ``work`` estimates total scalar operations."""
-        pointers = (ctypes.c_void_p * max(len(buffers), 1))(*[b.ptr for b in buffers])
-        param_array = (ctypes.c_int64 * max(len(params), 1))(*params)
+        pointers = [b.raw.ptr for b in buffers]
         device = self.device
         threads = device.threads
         if threads <= 1 or work < _SERIAL_WORK or global_size <= 1:
             wait_all(wait_events)
-            self._fn(pointers, param_array, 0, global_size)
+            CALLS.serial(self.address, pointers, params, 0, global_size)
             return completed()
         # Each thread of the team makes one call into the kernel's parallel entry, which takes
         # chunks off a shared atomic counter in machine code until none are left: no trip
@@ -171,9 +161,9 @@ class CPUProgram:
         chunk = max(grain, -(-global_size // (8 * threads)))
         per_worker = _MIN_CHUNKS_PER_WORKER if threads > _SMALL_TEAM else 1
         workers = min(threads, -(-global_size // (chunk * per_worker)))
-        task = _Task(ctypes.addressof(pointers), ctypes.addressof(param_array), 0, global_size, chunk)
-        return device.team.launch(self.parallel_address, self.parallel, task, workers, wait_events,
-                                  (pointers, param_array, buffers), work >= _DETACH_WORK)
+        task = CALLS.Task(pointers, params, global_size, chunk)
+        return device.team.launch(self.parallel_address, task, workers, wait_events, buffers,
+                                  work >= _DETACH_WORK)
 
 
 def _last_level_cache_bytes() -> int:

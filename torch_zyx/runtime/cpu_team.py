@@ -1,7 +1,7 @@
 """The CPU runtime's thread teams: how one launch's parallel entry runs on several threads.
 
-Every team has ``launch(entry address, entry function, task, threads, wait events, keepalive)
-→ Event``, ``settle()`` (join what the calling thread launched and left running) and
+Every team has ``launch(entry address, task, threads, wait events, keepalive) → Event`` (the
+task: cpu_calls.py ``Task``), ``settle()`` (join what the calling thread launched and left running) and
 ``reset()`` (for a forked child). The device picks one (``ZYX_CPU_TEAM``):
 
 - ``OpenMPTeam`` (default): the OpenMP runtime CPU torch loaded, one parallel region per
@@ -32,6 +32,7 @@ import threading
 import llvmlite.binding as llvm
 
 from ..memory.events import Event, completed, wait_all
+from .cpu_calls import CALLS
 
 # The team's shared state: { i32 word, i32 pending, ptr entry, ptr task }. ``word`` is
 # (launch sequence << 8) | helpers taking part (helpers 0..helpers-1 run the launch), so a
@@ -188,13 +189,13 @@ class NativeTeam:
     def settle(self) -> None:
         """Nothing is left running after a launch returns."""
 
-    def launch(self, entry: int, entry_fn, task, threads: int, wait_events: list[Event],
-               keepalive, detach: bool = False) -> Event:
+    def launch(self, entry: int, task, threads: int, wait_events: list[Event], keepalive,
+               detach: bool = False) -> Event:
         wait_all(wait_events)
         with self._lock:
             if not self._started:
                 self._start()
-            self._run(self._address, entry, ctypes.addressof(task), min(threads - 1, self.helpers))
+            self._run(self._address, entry, task.address, min(threads - 1, self.helpers))
         return completed()
 
 
@@ -213,6 +214,12 @@ _OPENMP_LIBRARY = re.compile(r"/lib(gomp|omp|iomp5)[-.\w]*\.so[.\d]*$")
 IDLE_LAUNCHER_TEAM = 8
 
 
+def _address(library, name: str) -> int | None:
+    """The address of ``library``'s function ``name``, None if it has none."""
+    function = getattr(library, name, None)
+    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+
+
 class _Region(Event):
     """A parallel region the team's threads are already running (``GOMP_parallel_start``); the
     launching thread joins it when it first waits on it or settles the team: it runs the
@@ -220,11 +227,11 @@ class _Region(Event):
     false), and ends the region. Another thread waits for that (OpenMP lets only the launcher
     end a region)."""
 
-    __slots__ = ("_entry_fn", "_launcher_works", "_owner", "_task", "_team")
+    __slots__ = ("_entry", "_launcher_works", "_owner", "_task", "_team")
 
-    def __init__(self, team: OpenMPTeam, entry_fn, task, keepalive, launcher_works: bool):
+    def __init__(self, team: OpenMPTeam, entry: int, task, keepalive, launcher_works: bool):
         super().__init__(keepalive=(keepalive, task))
-        self._team, self._entry_fn, self._task = team, entry_fn, task
+        self._team, self._entry, self._task = team, entry, task
         self._launcher_works = launcher_works
         self._owner = threading.get_ident()
 
@@ -235,8 +242,8 @@ class _Region(Event):
 
     def join(self) -> None:
         if self._launcher_works:
-            self._entry_fn(ctypes.addressof(self._task))
-        self._team._end()  # (the end barrier waits for every thread of the region)
+            CALLS.entry(self._entry, self._task)
+        CALLS.omp_end(self._team._end)  # (the end barrier waits for every thread of the region)
         self.set()
 
 
@@ -259,7 +266,9 @@ class OpenMPTeam:
 
     name = "OpenMP team"
 
-    def __init__(self, parallel, start=None, end=None, team_size=None):
+    def __init__(self, parallel: int, start: int | None = None, end: int | None = None,
+                 team_size: int | None = None):
+        # The runtime's functions, by address (cpu_calls.py calls them).
         self._parallel = parallel
         self._start, self._end = start, end
         # ``omp_get_num_threads``: called by the launcher between start and end, the threads
@@ -278,42 +287,33 @@ class OpenMPTeam:
         for path in sorted(paths):
             try:
                 library = ctypes.CDLL(path)
-                parallel = library.GOMP_parallel
-            except (OSError, AttributeError):
+            except OSError:
                 continue
-            parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
-            parallel.restype = None
-            start = getattr(library, "GOMP_parallel_start", None)
-            end = getattr(library, "GOMP_parallel_end", None)
+            parallel = _address(library, "GOMP_parallel")
+            if parallel is None:
+                continue
+            start = _address(library, "GOMP_parallel_start")
+            end = _address(library, "GOMP_parallel_end")
             if start is None or end is None:
                 return cls(parallel)
-            start.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
-            start.restype = None
-            end.argtypes = []
-            end.restype = None
-            team_size = getattr(library, "omp_get_num_threads", None)
-            if team_size is not None:
-                team_size.argtypes = []
-                team_size.restype = ctypes.c_int
-            return cls(parallel, start, end, team_size)
+            return cls(parallel, start, end, _address(library, "omp_get_num_threads"))
         return None
 
     def reset(self) -> None:
         raise RuntimeError("an OpenMP team does not survive fork()")
 
-    def launch(self, entry: int, entry_fn, task, threads: int, wait_events: list[Event],
-               keepalive, detach: bool = False) -> Event:
+    def launch(self, entry: int, task, threads: int, wait_events: list[Event], keepalive,
+               detach: bool = False) -> Event:
         wait_all(wait_events)
         self.settle()
         if self._start is None or not detach:
-            self._parallel(entry, ctypes.addressof(task), threads, 0)
+            CALLS.omp_parallel(self._parallel, entry, task, threads)
             return completed()
-        self._start(entry, ctypes.addressof(task), threads)
+        CALLS.omp_start(self._start, entry, task, threads)
         # The launcher must work when the region got no other thread: nobody else would.
         launcher_works = (threads < IDLE_LAUNCHER_TEAM or self._team_size is None
-                          or self._team_size() < 2)
-        region = self._open[threading.get_ident()] = _Region(self, entry_fn, task, keepalive,
-                                                             launcher_works)
+                          or CALLS.omp_team_size(self._team_size) < 2)
+        region = self._open[threading.get_ident()] = _Region(self, entry, task, keepalive, launcher_works)
         return region
 
     def settle(self) -> None:
@@ -356,18 +356,17 @@ class PythonWorkers:
     def settle(self) -> None:
         """Launches run on the workers, each to its event; nothing to join."""
 
-    def launch(self, entry: int, entry_fn, task, threads: int, wait_events: list[Event],
-               keepalive, detach: bool = False) -> Event:
+    def launch(self, entry: int, task, threads: int, wait_events: list[Event], keepalive,
+               detach: bool = False) -> Event:
         event = Event(keepalive=(keepalive, task))
         remaining = [threads]
         lock = threading.Lock()
-        task_address = ctypes.addressof(task)
 
         def run_chunks() -> None:
             error = None
             try:
                 wait_all(wait_events)
-                entry_fn(task_address)
+                CALLS.entry(entry, task)
             except BaseException as exc:  # noqa: BLE001  (any failure is surfaced through the event)
                 error = exc
             with lock:

@@ -1,0 +1,313 @@
+/* torch_zyx.runtime._launch: the CPU runtime's foreign calls, without ctypes objects.
+ *
+ * Stage 6 of the flow (... -> renderer -> **device**). Every CPU launch calls machine code: the
+ * kernel itself, its parallel entry, the OpenMP runtime's region calls. Through ctypes each
+ * launch built a pointer array, a parameter array and a task structure as ctypes objects, and
+ * each call converted its arguments: a few microseconds per launch warm, several times that
+ * when the interpreter's caches are cold after a large kernel. This module does the same in C,
+ * with the same contract (runtime/foreign.py picks it when it is built, ctypes otherwise):
+ *
+ *   Task(pointers, params, end, chunk)     one launch's task (what the parallel entry reads:
+ *                                          { ptr buffers, ptr params, i64 counter, i64 end,
+ *                                          i64 chunk }), owning its two arrays; ``address``
+ *   serial(kernel, pointers, params, start, end)   kernel(buffers, params, start, end)
+ *   entry(entry, task)                     the parallel entry on this thread: entry(task)
+ *   omp_parallel(parallel, entry, task, threads)   GOMP_parallel(entry, task, threads, 0)
+ *   omp_start(start, entry, task, threads) GOMP_parallel_start(entry, task, threads)
+ *   omp_end(end)                           GOMP_parallel_end()
+ *   omp_team_size(fn)                      omp_get_num_threads()
+ *
+ * Functions are passed as addresses (ints). Every call that runs machine code releases the GIL,
+ * as ctypes does: other Python threads keep recording while a kernel runs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <stdint.h>
+
+typedef struct {
+    void **buffers;
+    int64_t *params;
+    int64_t counter;
+    int64_t end;
+    int64_t chunk;
+} TaskData;
+
+typedef struct {
+    PyObject_VAR_HEAD
+    TaskData data;
+    /* ob_size words: the buffer pointers, then the parameters */
+    int64_t words[1];
+} TaskObject;
+
+typedef void (*kernel_fn)(void **, int64_t *, int64_t, int64_t);
+typedef void (*entry_fn)(void *);
+typedef void (*gomp_parallel_fn)(entry_fn, void *, unsigned, unsigned);
+typedef void (*gomp_start_fn)(entry_fn, void *, unsigned);
+typedef void (*gomp_end_fn)(void);
+typedef int (*team_size_fn)(void);
+
+static PyTypeObject TaskType;
+
+/* The address ``value`` (an int) as a pointer; NULL with an error set for 0 or a non-int. */
+static void *
+address_of(PyObject *value, const char *what)
+{
+    void *address = PyLong_AsVoidPtr(value);
+    if (address == NULL && !PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "%s: a null address", what);
+    return address;
+}
+
+/* Copies the ints of ``seq`` (a list or tuple) into ``out`` (``n`` of them); 0 on error. */
+static int
+copy_words(PyObject *seq, Py_ssize_t n, int64_t *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        /* (pointers may exceed INT64_MAX as unsigned: read them as unsigned) */
+        unsigned long long value = PyLong_AsUnsignedLongLongMask(item);
+        if (value == (unsigned long long)-1 && PyErr_Occurred())
+            return 0;
+        out[i] = (int64_t)value;
+    }
+    return 1;
+}
+
+static int
+check_args(Py_ssize_t nargs, Py_ssize_t wanted, const char *usage)
+{
+    if (nargs != wanted) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+task_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *pointers, *params;
+    long long end, chunk;
+    if (!PyArg_ParseTuple(args, "OOLL:Task", &pointers, &params, &end, &chunk))
+        return NULL;
+    PyObject *ptrs = PySequence_Fast(pointers, "Task: pointers must be a sequence of ints");
+    PyObject *prms = ptrs ? PySequence_Fast(params, "Task: params must be a sequence of ints") : NULL;
+    if (prms == NULL) {
+        Py_XDECREF(ptrs);
+        return NULL;
+    }
+    Py_ssize_t n_ptrs = PySequence_Fast_GET_SIZE(ptrs), n_params = PySequence_Fast_GET_SIZE(prms);
+    /* (at least one word each: the kernel may take the address of an empty array) */
+    Py_ssize_t n = (n_ptrs ? n_ptrs : 1) + (n_params ? n_params : 1);
+    TaskObject *task = PyObject_NewVar(TaskObject, type, n);
+    if (task == NULL)
+        goto fail;
+    int64_t *words = task->words;
+    int64_t *param_words = words + (n_ptrs ? n_ptrs : 1);
+    words[0] = 0;
+    param_words[0] = 0;
+    if (!copy_words(ptrs, n_ptrs, words) || !copy_words(prms, n_params, param_words)) {
+        Py_DECREF(task);
+        goto fail;
+    }
+    task->data.buffers = (void **)words;
+    task->data.params = param_words;
+    task->data.counter = 0;
+    task->data.end = end;
+    task->data.chunk = chunk;
+    Py_DECREF(ptrs);
+    Py_DECREF(prms);
+    return (PyObject *)task;
+fail:
+    Py_DECREF(ptrs);
+    Py_DECREF(prms);
+    return NULL;
+}
+
+static PyObject *
+task_address(TaskObject *self, void *closure)
+{
+    return PyLong_FromVoidPtr(&self->data);
+}
+
+static PyGetSetDef task_getset[] = {
+    {"address", (getter)task_address, NULL, "the address of the task the parallel entry reads", NULL},
+    {NULL},
+};
+
+static PyTypeObject TaskType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "torch_zyx.runtime._launch.Task",
+    .tp_basicsize = offsetof(TaskObject, words),
+    .tp_itemsize = sizeof(int64_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Task(pointers, params, end, chunk): one parallel launch's task and its arrays.",
+    .tp_getset = task_getset,
+    .tp_new = task_new,
+};
+
+static TaskData *
+task_data(PyObject *task)
+{
+    if (Py_TYPE(task) != &TaskType) {
+        PyErr_Format(PyExc_TypeError, "expected a Task, got %R", Py_TYPE(task));
+        return NULL;
+    }
+    return &((TaskObject *)task)->data;
+}
+
+/* serial(kernel, pointers, params, start, end): the kernel over [start, end) on this thread. */
+static PyObject *
+py_serial(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!check_args(nargs, 5, "serial(kernel, pointers, params, start, end)"))
+        return NULL;
+    kernel_fn kernel = (kernel_fn)address_of(args[0], "serial");
+    if (kernel == NULL)
+        return NULL;
+    long long start = PyLong_AsLongLong(args[3]), end = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *ptrs = PySequence_Fast(args[1], "serial: pointers must be a sequence of ints");
+    PyObject *prms = ptrs ? PySequence_Fast(args[2], "serial: params must be a sequence of ints") : NULL;
+    if (prms == NULL) {
+        Py_XDECREF(ptrs);
+        return NULL;
+    }
+    Py_ssize_t n_ptrs = PySequence_Fast_GET_SIZE(ptrs), n_params = PySequence_Fast_GET_SIZE(prms);
+    /* Small launches (the common case) need no allocation. */
+    int64_t local[64];
+    Py_ssize_t n = (n_ptrs ? n_ptrs : 1) + (n_params ? n_params : 1);
+    int64_t *words = n <= 64 ? local : PyMem_Malloc(n * sizeof(int64_t));
+    PyObject *result = NULL;
+    if (words == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *param_words = words + (n_ptrs ? n_ptrs : 1);
+    words[0] = 0;
+    param_words[0] = 0;
+    if (copy_words(ptrs, n_ptrs, words) && copy_words(prms, n_params, param_words)) {
+        Py_BEGIN_ALLOW_THREADS
+        kernel((void **)words, param_words, start, end);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    if (words != local)
+        PyMem_Free(words);
+done:
+    Py_DECREF(ptrs);
+    Py_DECREF(prms);
+    return result;
+}
+
+/* entry(entry, task): the parallel entry on this thread (it takes chunks until none are left). */
+static PyObject *
+py_entry(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!check_args(nargs, 2, "entry(entry, task)"))
+        return NULL;
+    entry_fn fn = (entry_fn)address_of(args[0], "entry");
+    TaskData *data = fn ? task_data(args[1]) : NULL;
+    if (data == NULL)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    fn(data);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* omp_parallel(parallel, entry, task, threads): one whole region (GOMP_parallel). */
+static PyObject *
+py_omp_parallel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!check_args(nargs, 4, "omp_parallel(parallel, entry, task, threads)"))
+        return NULL;
+    gomp_parallel_fn parallel = (gomp_parallel_fn)address_of(args[0], "omp_parallel");
+    entry_fn fn = parallel ? (entry_fn)address_of(args[1], "omp_parallel") : NULL;
+    TaskData *data = fn ? task_data(args[2]) : NULL;
+    unsigned long threads = data ? PyLong_AsUnsignedLong(args[3]) : 0;
+    if (data == NULL || PyErr_Occurred())
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    parallel(fn, data, (unsigned)threads, 0);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* omp_start(start, entry, task, threads): the region started (GOMP_parallel_start); its other
+ * threads run the entry while this one returns. */
+static PyObject *
+py_omp_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!check_args(nargs, 4, "omp_start(start, entry, task, threads)"))
+        return NULL;
+    gomp_start_fn start = (gomp_start_fn)address_of(args[0], "omp_start");
+    entry_fn fn = start ? (entry_fn)address_of(args[1], "omp_start") : NULL;
+    TaskData *data = fn ? task_data(args[2]) : NULL;
+    unsigned long threads = data ? PyLong_AsUnsignedLong(args[3]) : 0;
+    if (data == NULL || PyErr_Occurred())
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    start(fn, data, (unsigned)threads);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* omp_end(end): the region this thread started, ended (GOMP_parallel_end: its end barrier). */
+static PyObject *
+py_omp_end(PyObject *module, PyObject *end_address)
+{
+    gomp_end_fn end = (gomp_end_fn)address_of(end_address, "omp_end");
+    if (end == NULL)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    end();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* omp_team_size(fn): omp_get_num_threads() (the threads of the region this thread is in). */
+static PyObject *
+py_omp_team_size(PyObject *module, PyObject *fn_address)
+{
+    team_size_fn fn = (team_size_fn)address_of(fn_address, "omp_team_size");
+    if (fn == NULL)
+        return NULL;
+    return PyLong_FromLong(fn());
+}
+
+static PyMethodDef module_methods[] = {
+    {"serial", (PyCFunction)(void (*)(void))py_serial, METH_FASTCALL,
+     "serial(kernel, pointers, params, start, end): kernel(buffers, params, start, end)"},
+    {"entry", (PyCFunction)(void (*)(void))py_entry, METH_FASTCALL,
+     "entry(entry, task): the parallel entry on this thread"},
+    {"omp_parallel", (PyCFunction)(void (*)(void))py_omp_parallel, METH_FASTCALL,
+     "omp_parallel(parallel, entry, task, threads): GOMP_parallel(entry, task, threads, 0)"},
+    {"omp_start", (PyCFunction)(void (*)(void))py_omp_start, METH_FASTCALL,
+     "omp_start(start, entry, task, threads): GOMP_parallel_start(entry, task, threads)"},
+    {"omp_end", py_omp_end, METH_O, "omp_end(end): GOMP_parallel_end()"},
+    {"omp_team_size", py_omp_team_size, METH_O, "omp_team_size(fn): omp_get_num_threads()"},
+    {NULL},
+};
+
+static struct PyModuleDef launch_module = {
+    PyModuleDef_HEAD_INIT, "_launch", "The CPU runtime's foreign calls, without ctypes objects.", -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__launch(void)
+{
+    if (PyType_Ready(&TaskType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&launch_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&TaskType);
+    if (PyModule_AddObject(module, "Task", (PyObject *)&TaskType) < 0)
+        return NULL;
+    return module;
+}
