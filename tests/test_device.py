@@ -324,6 +324,47 @@ def test_cpu_thread_teams(kind, monkeypatch):
         assert_close(rows.to(device).exp().sum(-1), rows.exp().sum(-1), rtol=1e-4, atol=1e-2)
 
 
+def _cpu_calls(kind: str):
+    from torch_zyx.runtime import cpu_calls
+
+    if kind == "ctypes":
+        return cpu_calls.CtypesCalls
+    try:
+        from torch_zyx.runtime import _launch
+    except ImportError:
+        pytest.skip("the C launch calls are not built here (no C compiler or Python headers)")
+    return _launch
+
+
+@pytest.mark.parametrize("kind", ["c", "ctypes"])
+@pytest.mark.parametrize("team", ["openmp", "python"])
+def test_cpu_calls(kind, team, monkeypatch):
+    # Both implementations of the CPU runtime's foreign calls (cpu_calls.py) run serial,
+    # parallel and detached launches with buffers and parameters (a random kernel's seeds).
+    from torch_zyx import realize
+    from torch_zyx.runtime import cpu, cpu_team
+
+    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
+    if not contexts:
+        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
+    runtime = contexts[0].runtime
+    calls = _cpu_calls(kind)
+    monkeypatch.setattr(cpu, "CALLS", calls)
+    monkeypatch.setattr(cpu_team, "CALLS", calls)
+    monkeypatch.setattr(runtime, "team", _thread_team(team, runtime))
+    monkeypatch.setattr(runtime, "threads", 2)
+    device = torch.device("zyx", contexts[0].index)
+    x = torch.randn(1 << 20)
+    for detach_work in (1 << 62, 0):  # whole regions, then every parallel launch detached
+        monkeypatch.setattr(cpu, "_DETACH_WORK", detach_work)
+        xz = x.to(device)
+        assert_close((xz[:100] * 3 + 1).relu(), (x[:100] * 3 + 1).relu())  # serial
+        assert_close((xz * 3 + 1).relu(), (x * 3 + 1).relu())
+        assert_close(xz.view(256, -1).softmax(-1), x.view(256, -1).softmax(-1))
+        noise = torch.rand(1 << 20, device=device)
+        assert 0.49 < noise.mean().item() < 0.51 and 0 <= noise.min().item() and noise.max().item() < 1
+
+
 def _openmp_device(monkeypatch, team_size: bool = False):
     """The CPU device's context with its runtime on the OpenMP team, every launch detached
     (``team_size``: the test needs the runtime's omp_get_num_threads)."""
