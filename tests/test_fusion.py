@@ -359,6 +359,50 @@ def test_signature_keys_structure_not_values(table):
     assert graph("p", "q", 1.0) != base  # 1.0 is an inline constant
 
 
+@pytest.mark.parametrize("table", _tables())
+def test_signature_walk_inside_another(table):
+    """A walk can start while another is under way (the garbage collector runs finalizers, and
+    through them other threads, at allocations inside a walk): both give their own keys."""
+    import gc
+
+    f32 = _float32()
+
+    def graph(name, n):
+        out = table.Node("BUFFER", name, (), f32, (8,))
+        for i in range(n):  # scalar parameters (the walk allocates for each), each read twice
+            out = table.binary_node("mul", out, table.Node("CONST", 0.1 + i % 20, (), f32, (8,)), f32)
+        return [out]
+
+    # The inner graph reads the outer one's constants: one walk's numbers in those nodes must
+    # not be taken for the other's.
+    outer, inner = graph("x", 40), graph("y", 20)
+    expected_outer, expected_inner = _signature(table, outer)[1], _signature(table, inner)[1]
+    inner_keys = []
+
+    class Cycle:
+        def __del__(self):
+            inner_keys.append(_signature(table, inner)[1])
+
+    threshold = gc.get_threshold()
+    try:
+        # A collection after ``allocations`` more container allocations: the walk's own (its
+        # lists, a tuple per scalar parameter) reach it at some point of the walk, which then
+        # finalizes the cycle (a nested walk) there.
+        for allocations in range(2, 60, 2):
+            gc.collect()
+            cycle = Cycle()
+            cycle.me = cycle
+            del cycle
+            gc.set_threshold(allocations)
+            key = _signature(table, outer)[1]
+            gc.set_threshold(*threshold)
+            assert key == expected_outer
+        gc.collect()
+    finally:
+        gc.set_threshold(*threshold)
+    assert inner_keys and all(k == expected_inner for k in inner_keys)
+
+
 def test_both_tables_give_one_signature():
     """The signature's key is what the schedule cache is keyed by: the C table and the Python
     one must write one structure (their value numbers may differ, one to one) and the same

@@ -764,7 +764,11 @@ py_file_unfiled(PyObject *module, PyObject *unused)
  * that only gets a new one (the same structure then misses the schedule cache once). */
 static PyObject *field_numbers; /* value -> PyLong number */
 static long long next_field_number = 1;
-static unsigned long long walk_count; /* the current walk (NodeObject.walk) */
+static unsigned long long walk_count; /* the last walk that numbered in nodes (NodeObject.walk) */
+/* Whether a walk numbering in nodes is under way. A walk started meanwhile (the garbage
+ * collector can run a finalizer, and through it another thread, at any allocation of a walk)
+ * numbers in a dict of its own instead, so it cannot overwrite the other's numbers. */
+static int numbering_in_nodes;
 #define FIELD_NUMBERS_MAX (1 << 16)
 
 /* The numbers of the values numbered last, by the values' addresses: a node's shape is often
@@ -960,24 +964,47 @@ put_leaf_arg(NodeObject *node, Leaves *leaves, Words *words)
     return put(words, ARG_SCALAR) && put(words, group);
 }
 
+/* One walk's numbering: ``nodes`` in the order numbered, by marks in the nodes (``mark``) or,
+ * for a walk started while another is under way, in ``positions`` (node -> number). */
+typedef struct {
+    PyObject *nodes;
+    unsigned long long mark;
+    PyObject *positions;
+} Walk;
+
 /* The number of ``node`` in the walk, numbering it (and queueing it) when it is new; -1 on
  * error. */
 static Py_ssize_t
-number_of(NodeObject *node, PyObject *nodes)
+number_of(NodeObject *node, Walk *walk)
 {
-    if (node->walk == walk_count)
-        return node->walk_number;
-    Py_ssize_t number = PyList_GET_SIZE(nodes);
-    if (PyList_Append(nodes, (PyObject *)node) < 0)
+    Py_ssize_t number = PyList_GET_SIZE(walk->nodes);
+    if (walk->positions == NULL) {
+        if (node->walk == walk->mark)
+            return node->walk_number;
+        if (PyList_Append(walk->nodes, (PyObject *)node) < 0)
+            return -1;
+        node->walk = walk->mark;
+        node->walk_number = number;
+        return number;
+    }
+    PyObject *known = PyDict_GetItemWithError(walk->positions, (PyObject *)node);
+    if (known != NULL)
+        return PyLong_AsSsize_t(known);
+    if (PyErr_Occurred())
         return -1;
-    node->walk = walk_count;
-    node->walk_number = number;
+    PyObject *position = PyLong_FromSsize_t(number);
+    if (position == NULL || PyDict_SetItem(walk->positions, (PyObject *)node, position) < 0 ||
+        PyList_Append(walk->nodes, (PyObject *)node) < 0) {
+        Py_XDECREF(position);
+        return -1;
+    }
+    Py_DECREF(position);
     return number;
 }
 
 /* Writes node ``node`` of the walk into ``words``, numbering its sources. */
 static int
-put_node(NodeObject *node, PyObject *nodes, Leaves *leaves, Words *words)
+put_node(NodeObject *node, Walk *walk, Leaves *leaves, Words *words)
 {
     if (!number_fields(node) || !put(words, node->op_id))
         return 0;
@@ -994,7 +1021,7 @@ put_node(NodeObject *node, PyObject *nodes, Leaves *leaves, Words *words)
         PyObject *src = PyTuple_GET_ITEM(node->srcs, j);
         if (!check_node(src))
             return 0;
-        Py_ssize_t number = number_of((NodeObject *)src, nodes);
+        Py_ssize_t number = number_of((NodeObject *)src, walk);
         if (number < 0 || !put(words, number))
             return 0;
     }
@@ -1015,18 +1042,24 @@ py_signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *fast = PySequence_Fast(args[0], "signature() takes a sequence of nodes");
     PyObject *key = NULL, *result = NULL;
     Words words = {NULL, 0, 0};
+    int in_nodes = !numbering_in_nodes;
+    Walk walk = {nodes, 0, in_nodes ? NULL : PyDict_New()};
     if (leaves.buffers == NULL || leaves.buffer_pos == NULL || leaves.random_args == NULL ||
         leaves.scalar_dtypes == NULL || leaves.scalar_values == NULL ||
-        leaves.scalar_slot == NULL || nodes == NULL || fast == NULL)
+        leaves.scalar_slot == NULL || nodes == NULL || fast == NULL ||
+        (!in_nodes && walk.positions == NULL))
         goto done;
-    walk_count++;
+    if (in_nodes) {
+        numbering_in_nodes = 1;
+        walk.mark = ++walk_count;
+    }
     /* The header: the number of roots and theirs (nodes_py.signature); the node count last. */
     Py_ssize_t n_roots = PySequence_Fast_GET_SIZE(fast);
     if (!put(&words, n_roots))
         goto done;
     for (Py_ssize_t i = 0; i < n_roots; i++) {
         PyObject *root = PySequence_Fast_GET_ITEM(fast, i);
-        Py_ssize_t number = check_node(root) ? number_of((NodeObject *)root, nodes) : -1;
+        Py_ssize_t number = check_node(root) ? number_of((NodeObject *)root, &walk) : -1;
         if (number < 0 || !put(&words, number))
             goto done;
     }
@@ -1035,7 +1068,7 @@ py_signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     /* The list grows while it is walked: the loop also visits the nodes it discovers. */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++)
-        if (!put_node((NodeObject *)PyList_GET_ITEM(nodes, i), nodes, &leaves, &words))
+        if (!put_node((NodeObject *)PyList_GET_ITEM(nodes, i), &walk, &leaves, &words))
             goto done;
     words.data[count_at] = PyList_GET_SIZE(nodes);
     key = PyBytes_FromStringAndSize((const char *)words.data, words.size * sizeof(long long));
@@ -1044,6 +1077,9 @@ py_signature(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     result = PyTuple_Pack(7, nodes, key, leaves.buffers, leaves.random_args, leaves.scalar_dtypes,
                           leaves.scalar_values, leaves.scalar_slot);
 done:
+    if (in_nodes)
+        numbering_in_nodes = 0;
+    Py_XDECREF(walk.positions);
     PyMem_Free(words.data);
     Py_XDECREF(leaves.buffers);
     Py_XDECREF(leaves.buffer_pos);
