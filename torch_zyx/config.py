@@ -6,6 +6,7 @@ import; tests that need other values change the attributes of ``CONFIG`` directl
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -99,3 +100,15 @@ def _load() -> Config:
 
 
 CONFIG = _load()
+
+
+def native_extension(name: str, fallback: str):
+    """The C extension module ``name`` (``pip install`` compiles it) when ``ZYX_NATIVE`` is not
+    0 and it is built, else None: the caller then uses ``fallback``, its Python counterpart."""
+    if not CONFIG.native:
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:  # not built: no C compiler or Python headers at install
+        log.info("zyx: %s is not built (%s); using %s", name, exc, fallback)
+        return None

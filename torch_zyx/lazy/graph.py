@@ -19,15 +19,12 @@ Primitive set (DESIGN.md "Lazy graph"):
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any
 
 from .. import dtypes
-from ..config import CONFIG
+from ..config import native_extension
 from ..dtypes import DType
-
-log = logging.getLogger("torch_zyx")
 
 MOVEMENT = frozenset({"RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "STRIDED"})
 ELEMENTWISE = frozenset({"UNARY", "BINARY", "WHERE", "CAST"})
@@ -45,16 +42,11 @@ BINARY_OPS = frozenset({
 REDUCE_OPS = frozenset({"sum", "max", "min", "prod"})
 
 def _node_table():
-    """The node table: the C module when it is built (``pip install`` compiles it) and
-    ``ZYX_NATIVE`` is not 0, else its Python reference implementation, ``nodes_py``. Both have
-    the surface bound below."""
-    if CONFIG.native:
-        try:
-            from . import _native
-
-            return _native
-        except ImportError as exc:  # not built: no C compiler or Python headers at install
-            log.info("zyx: the C node table is not built (%s); using nodes_py", exc)
+    """The node table: the C module when it is built and ``ZYX_NATIVE`` is not 0, else its
+    Python reference implementation, ``nodes_py``. Both have the surface bound below."""
+    native = native_extension("torch_zyx.lazy._native", "nodes_py")
+    if native is not None:
+        return native
     from . import nodes_py
 
     return nodes_py

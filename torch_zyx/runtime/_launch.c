@@ -219,20 +219,36 @@ py_entry(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* The arguments of omp_parallel and omp_start: (runtime function, entry, task, threads). */
+typedef struct {
+    void *runtime_fn;
+    entry_fn entry;
+    TaskData *data;
+    unsigned threads;
+} RegionArgs;
+
+static int
+region_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, RegionArgs *out)
+{
+    if (!check_args(nargs, 4, usage))
+        return 0;
+    out->runtime_fn = address_of(args[0], usage);
+    out->entry = out->runtime_fn ? (entry_fn)address_of(args[1], usage) : NULL;
+    out->data = out->entry ? task_data(args[2]) : NULL;
+    unsigned long threads = out->data ? PyLong_AsUnsignedLong(args[3]) : 0;
+    out->threads = (unsigned)threads;
+    return out->data != NULL && !PyErr_Occurred();
+}
+
 /* omp_parallel(parallel, entry, task, threads): one whole region (GOMP_parallel). */
 static PyObject *
 py_omp_parallel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!check_args(nargs, 4, "omp_parallel(parallel, entry, task, threads)"))
-        return NULL;
-    gomp_parallel_fn parallel = (gomp_parallel_fn)address_of(args[0], "omp_parallel");
-    entry_fn fn = parallel ? (entry_fn)address_of(args[1], "omp_parallel") : NULL;
-    TaskData *data = fn ? task_data(args[2]) : NULL;
-    unsigned long threads = data ? PyLong_AsUnsignedLong(args[3]) : 0;
-    if (data == NULL || PyErr_Occurred())
+    RegionArgs region;
+    if (!region_args(args, nargs, "omp_parallel(parallel, entry, task, threads)", &region))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    parallel(fn, data, (unsigned)threads, 0);
+    ((gomp_parallel_fn)region.runtime_fn)(region.entry, region.data, region.threads, 0);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -242,16 +258,11 @@ py_omp_parallel(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 py_omp_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!check_args(nargs, 4, "omp_start(start, entry, task, threads)"))
-        return NULL;
-    gomp_start_fn start = (gomp_start_fn)address_of(args[0], "omp_start");
-    entry_fn fn = start ? (entry_fn)address_of(args[1], "omp_start") : NULL;
-    TaskData *data = fn ? task_data(args[2]) : NULL;
-    unsigned long threads = data ? PyLong_AsUnsignedLong(args[3]) : 0;
-    if (data == NULL || PyErr_Occurred())
+    RegionArgs region;
+    if (!region_args(args, nargs, "omp_start(start, entry, task, threads)", &region))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    start(fn, data, (unsigned)threads);
+    ((gomp_start_fn)region.runtime_fn)(region.entry, region.data, region.threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 
-from ..config import CONFIG
-
-log = logging.getLogger("torch_zyx")
+from ..config import native_extension
 
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -92,15 +89,4 @@ class CtypesCalls:
         return _function(_TEAM_SIZE, team_size)()
 
 
-def _calls():
-    if CONFIG.native:
-        try:
-            from . import _launch
-
-            return _launch
-        except ImportError as exc:  # not built: no C compiler or Python headers at install
-            log.info("zyx: the C launch calls are not built (%s); using ctypes", exc)
-    return CtypesCalls
-
-
-CALLS = _calls()
+CALLS = native_extension("torch_zyx.runtime._launch", "ctypes") or CtypesCalls
