@@ -287,6 +287,16 @@ def test_forked_child_can_launch_kernels():
     assert os.read(read_end, 1) == b"1" and status == 0
 
 
+def _cpu_context():
+    """The first CPU device's context (skips the test when no CPU backend is enabled)."""
+    from torch_zyx import realize
+
+    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
+    if not contexts:
+        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
+    return contexts[0]
+
+
 def _thread_team(kind: str, runtime):
     from torch_zyx.runtime import cpu_team
 
@@ -306,15 +316,11 @@ def _thread_team(kind: str, runtime):
 def test_cpu_thread_teams(kind, monkeypatch):
     # Every thread team runs every chunk of a launch exactly once, for launches with more
     # chunks than threads, fewer chunks than threads, and several dependent kernels in a row.
-    from torch_zyx import realize
-
-    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
-    if not contexts:
-        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
-    runtime = contexts[0].runtime
+    ctx = _cpu_context()
+    runtime = ctx.runtime
     monkeypatch.setattr(runtime, "team", _thread_team(kind, runtime))
     monkeypatch.setattr(runtime, "threads", 4)
-    device = torch.device("zyx", contexts[0].index)
+    device = torch.device("zyx", ctx.index)
     x = torch.randn(1 << 20)
     rows = torch.randn(3, 1 << 16)
     for _ in range(3):
@@ -341,19 +347,16 @@ def _cpu_calls(kind: str):
 def test_cpu_calls(kind, team, monkeypatch):
     # Both implementations of the CPU runtime's foreign calls (cpu_calls.py) run serial,
     # parallel and detached launches with buffers and parameters (a random kernel's seeds).
-    from torch_zyx import realize
     from torch_zyx.runtime import cpu, cpu_team
 
-    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
-    if not contexts:
-        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
-    runtime = contexts[0].runtime
+    ctx = _cpu_context()
+    runtime = ctx.runtime
     calls = _cpu_calls(kind)
     monkeypatch.setattr(cpu, "CALLS", calls)
     monkeypatch.setattr(cpu_team, "CALLS", calls)
     monkeypatch.setattr(runtime, "team", _thread_team(team, runtime))
     monkeypatch.setattr(runtime, "threads", 2)
-    device = torch.device("zyx", contexts[0].index)
+    device = torch.device("zyx", ctx.index)
     x = torch.randn(1 << 20)
     for detach_work in (1 << 62, 0):  # whole regions, then every parallel launch detached
         monkeypatch.setattr(cpu, "_DETACH_WORK", detach_work)
@@ -368,13 +371,9 @@ def test_cpu_calls(kind, team, monkeypatch):
 def _openmp_device(monkeypatch, team_size: bool = False):
     """The CPU device's context with its runtime on the OpenMP team, every launch detached
     (``team_size``: the test needs the runtime's omp_get_num_threads)."""
-    from torch_zyx import realize
     from torch_zyx.runtime import cpu
 
-    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
-    if not contexts:
-        pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
-    ctx = contexts[0]
+    ctx = _cpu_context()
     team = _thread_team("openmp", ctx.runtime)
     if team._start is None:
         pytest.skip("the OpenMP runtime has no GOMP_parallel_start")
