@@ -75,6 +75,49 @@ copy_words(PyObject *seq, Py_ssize_t n, int64_t *out)
     return 1;
 }
 
+/* A launch's two arrays, as one block of words: the buffer pointers, then the parameters, at
+ * least one word each (the kernel may take the address of an empty array). */
+typedef struct {
+    PyObject *ptrs, *prms;  /* the given sequences, as lists or tuples */
+    Py_ssize_t n_ptrs, n_params;
+    Py_ssize_t n_words;  /* the block's size */
+} Arrays;
+
+/* Takes ``pointers`` and ``params`` (sequences of ints) for ``arrays``; 0 on error. */
+static int
+arrays_open(PyObject *pointers, PyObject *params, Arrays *arrays)
+{
+    arrays->ptrs = PySequence_Fast(pointers, "pointers must be a sequence of ints");
+    arrays->prms = arrays->ptrs ? PySequence_Fast(params, "params must be a sequence of ints") : NULL;
+    if (arrays->prms == NULL) {
+        Py_XDECREF(arrays->ptrs);
+        return 0;
+    }
+    arrays->n_ptrs = PySequence_Fast_GET_SIZE(arrays->ptrs);
+    arrays->n_params = PySequence_Fast_GET_SIZE(arrays->prms);
+    arrays->n_words = (arrays->n_ptrs ? arrays->n_ptrs : 1) + (arrays->n_params ? arrays->n_params : 1);
+    return 1;
+}
+
+/* Writes the arrays into ``words`` (``n_words`` of them); the parameters' start is returned in
+ * ``param_words``. 0 on error. */
+static int
+arrays_fill(Arrays *arrays, int64_t *words, int64_t **param_words)
+{
+    *param_words = words + (arrays->n_ptrs ? arrays->n_ptrs : 1);
+    words[0] = 0;
+    (*param_words)[0] = 0;
+    return copy_words(arrays->ptrs, arrays->n_ptrs, words) &&
+           copy_words(arrays->prms, arrays->n_params, *param_words);
+}
+
+static void
+arrays_close(Arrays *arrays)
+{
+    Py_DECREF(arrays->ptrs);
+    Py_DECREF(arrays->prms);
+}
+
 static int
 check_args(Py_ssize_t nargs, Py_ssize_t wanted, const char *usage)
 {
@@ -90,40 +133,23 @@ task_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *pointers, *params;
     long long end, chunk;
-    if (!PyArg_ParseTuple(args, "OOLL:Task", &pointers, &params, &end, &chunk))
+    Arrays arrays;
+    if (!PyArg_ParseTuple(args, "OOLL:Task", &pointers, &params, &end, &chunk) ||
+        !arrays_open(pointers, params, &arrays))
         return NULL;
-    PyObject *ptrs = PySequence_Fast(pointers, "Task: pointers must be a sequence of ints");
-    PyObject *prms = ptrs ? PySequence_Fast(params, "Task: params must be a sequence of ints") : NULL;
-    if (prms == NULL) {
-        Py_XDECREF(ptrs);
-        return NULL;
-    }
-    Py_ssize_t n_ptrs = PySequence_Fast_GET_SIZE(ptrs), n_params = PySequence_Fast_GET_SIZE(prms);
-    /* (at least one word each: the kernel may take the address of an empty array) */
-    Py_ssize_t n = (n_ptrs ? n_ptrs : 1) + (n_params ? n_params : 1);
-    TaskObject *task = PyObject_NewVar(TaskObject, type, n);
+    TaskObject *task = PyObject_NewVar(TaskObject, type, arrays.n_words);
+    int64_t *param_words;
+    if (task != NULL && !arrays_fill(&arrays, task->words, &param_words))
+        Py_CLEAR(task);
+    arrays_close(&arrays);
     if (task == NULL)
-        goto fail;
-    int64_t *words = task->words;
-    int64_t *param_words = words + (n_ptrs ? n_ptrs : 1);
-    words[0] = 0;
-    param_words[0] = 0;
-    if (!copy_words(ptrs, n_ptrs, words) || !copy_words(prms, n_params, param_words)) {
-        Py_DECREF(task);
-        goto fail;
-    }
-    task->data.buffers = (void **)words;
+        return NULL;
+    task->data.buffers = (void **)task->words;
     task->data.params = param_words;
     task->data.counter = 0;
     task->data.end = end;
     task->data.chunk = chunk;
-    Py_DECREF(ptrs);
-    Py_DECREF(prms);
     return (PyObject *)task;
-fail:
-    Py_DECREF(ptrs);
-    Py_DECREF(prms);
-    return NULL;
 }
 
 static PyObject *
@@ -170,26 +196,17 @@ py_serial(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long long start = PyLong_AsLongLong(args[3]), end = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred())
         return NULL;
-    PyObject *ptrs = PySequence_Fast(args[1], "serial: pointers must be a sequence of ints");
-    PyObject *prms = ptrs ? PySequence_Fast(args[2], "serial: params must be a sequence of ints") : NULL;
-    if (prms == NULL) {
-        Py_XDECREF(ptrs);
+    Arrays arrays;
+    if (!arrays_open(args[1], args[2], &arrays))
         return NULL;
-    }
-    Py_ssize_t n_ptrs = PySequence_Fast_GET_SIZE(ptrs), n_params = PySequence_Fast_GET_SIZE(prms);
     /* Small launches (the common case) need no allocation. */
     int64_t local[64];
-    Py_ssize_t n = (n_ptrs ? n_ptrs : 1) + (n_params ? n_params : 1);
-    int64_t *words = n <= 64 ? local : PyMem_Malloc(n * sizeof(int64_t));
+    int64_t *words = arrays.n_words <= 64 ? local : PyMem_Malloc(arrays.n_words * sizeof(int64_t));
+    int64_t *param_words;
     PyObject *result = NULL;
     if (words == NULL) {
         PyErr_NoMemory();
-        goto done;
-    }
-    int64_t *param_words = words + (n_ptrs ? n_ptrs : 1);
-    words[0] = 0;
-    param_words[0] = 0;
-    if (copy_words(ptrs, n_ptrs, words) && copy_words(prms, n_params, param_words)) {
+    } else if (arrays_fill(&arrays, words, &param_words)) {
         Py_BEGIN_ALLOW_THREADS
         kernel((void **)words, param_words, start, end);
         Py_END_ALLOW_THREADS
@@ -197,9 +214,7 @@ py_serial(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (words != local)
         PyMem_Free(words);
-done:
-    Py_DECREF(ptrs);
-    Py_DECREF(prms);
+    arrays_close(&arrays);
     return result;
 }
 
