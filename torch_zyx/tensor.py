@@ -153,7 +153,9 @@ class Storage:
         ``loss.item()``, so graphs never grow across steps and each step has the same shape
         (one schedule-cache hit instead of an ever longer chain of recomputation).
         """
-        if self.value.op != "BUFFER":
+        # (asked of the node stored, as realize_all does: ``value`` would build a flat RESHAPE of
+        # a lazy ``shaped`` only for the realization to drop it)
+        if _is_lazy(self._shaped or self._value):
             realize_all(self.device)
         return self.value.arg
 
