@@ -208,9 +208,10 @@ _OPENMP_LIBRARY = re.compile(r"/lib(gomp|omp|iomp5)[-.\w]*\.so[.\d]*$")
 # through its own core's caches and evict the interpreter's working set, and the Python that
 # follows (the next op's recording, the next realization) ran up to 2x slower out of the shared
 # L3. 16-core host, layer norm 1024x4096 + synchronize, medians per process (7 without, 9 with):
-# 304-385 -> 221-302 us per call, the kernel itself unchanged (139-166 -> 133-157 us). On small
-# teams the launcher's share of the work is worth more than its caches (2 threads: the kernel
-# would take 2x as long).
+# 304-385 -> 221-302 us per call, the kernel itself unchanged (139-166 -> 133-157 us); in one
+# process, 16 alternating blocks of 60 calls: 308-335 -> 264-275 us. On small teams the
+# launcher's share of the work is worth more than its caches (2 threads: the kernel would take
+# 2x as long).
 IDLE_LAUNCHER_TEAM = 8
 
 
