@@ -102,10 +102,10 @@ def _check_layer_norm(shape: tuple, normalized_shape: list, weight, bias) -> Non
 class _NormShapes:
     """What layer norm derives from an input shape and a normalized shape (``_norm_shapes``)."""
 
-    __slots__ = ("axis", "count", "dims", "first_bounds", "param_shape", "stat_shape")
+    __slots__ = ("count", "dims", "first_bounds", "param_shape", "stat_shape")
 
     def __init__(self, shape: tuple, normalized_shape: tuple):
-        axis = self.axis = len(shape) - len(normalized_shape)
+        axis = len(shape) - len(normalized_shape)
         self.dims = tuple(range(axis, len(shape)))
         self.count = math.prod(normalized_shape)
         self.stat_shape = shape[:axis] + (1,) * len(normalized_shape)
