@@ -31,9 +31,9 @@ typedef struct {
     PyObject *key; /* its key in the table */
     Py_hash_t hash; /* the key's hash (tuples do not keep theirs) */
     PyObject *weakreflist;
-    /* The signature walk's state: the node's number in the walk ``walk`` (no dict of
-     * positions), and its fields' numbers in ``field_ids`` once a walk has asked for them
-     * (0: not yet). */
+    /* The signature walk's state: the node's number ``walk_number`` in the walk ``walk`` (no
+     * dict of positions), and the numbers of its op, keyed arg, dtype and shape in
+     * ``field_numbers`` once a walk has asked for them (0: not yet). */
     unsigned long long walk;
     Py_ssize_t walk_number;
     long long op_id, karg_id, dtype_id, shape_id;
