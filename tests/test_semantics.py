@@ -9,6 +9,7 @@ import io
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import assert_close
 
 
@@ -302,3 +303,89 @@ def test_inplace_on_a_realized_tensor_is_realized_by_synchronize():
     torch.zyx.synchronize()
     assert x._storage.value.op == "BUFFER" and not pending_storages()
     assert x.cpu().tolist() == [1.0] * 5
+
+
+# --------------------------------------------- index values checked on the device (checks.py)
+# Each case runs on x = arange(6).reshape(2, 3) with index tensors made by ``T`` on x's device;
+# out-of-range entries raise CPU torch's exception with its message, at the realization.
+INDEX_VALUE_CASES = {
+    "gather above": lambda x, T: torch.gather(x, 1, T([[0, 5], [1, 2]])),
+    "gather negative": lambda x, T: torch.gather(x, 1, T([[0, -1], [1, 2]])),
+    "gather first of several": lambda x, T: torch.gather(x, 1, T([[7, 5], [1, -2]])),
+    "gather in range": lambda x, T: torch.gather(x, 1, T([[0, 2], [1, 2]])),
+    "gather 0-d": lambda x, T: torch.gather(x[0, 1], 0, T(1)),
+    "index_select above": lambda x, T: torch.index_select(x, 0, T([2])),
+    "index_select negative": lambda x, T: torch.index_select(x, 0, T([-1])),
+    "index_select 0-d": lambda x, T: torch.index_select(x[0, 1], 0, T([1])),
+    "index above": lambda x, T: x[T([3])],
+    "index negative in range": lambda x, T: x[T([-1])],
+    "index negative below": lambda x, T: x[T([-3])],
+    "index second dim": lambda x, T: x[T([0]), T([4])],
+    "index first dim first": lambda x, T: x[T([1, 5]), T([0, 9])],
+    "index mask": lambda x, T: x[x > 2],
+    "embedding above": lambda x, T: F.embedding(T([9]), x),
+    "embedding negative": lambda x, T: F.embedding(T([-1]), x),
+    "take above": lambda x, T: torch.take(x, T([7])),
+    "take negative in range": lambda x, T: torch.take(x, T([-6])),
+    "take negative below": lambda x, T: torch.take(x, T([-7])),
+    "scatter above": lambda x, T: torch.zeros_like(x).scatter(1, T([[3]]), 1.0),
+    "scatter_add above": lambda x, T: torch.zeros_like(x).scatter_add(1, T([[3]]), x[:1, :1]),
+    "scatter_reduce above": lambda x, T: x[0].scatter_reduce(0, T([5]), x[0, :1], "sum"),
+    "index_put above": lambda x, T: torch.zeros_like(x[0]).index_put_((T([5]),), x[0, 1]),
+    "index_put negative in range": lambda x, T: torch.zeros_like(x[0]).index_put_((T([-1]),), x[0, 1]),
+    "index_add above": lambda x, T: torch.zeros_like(x[0]).index_add_(0, T([5]), x[0, :1]),
+    "index_add negative": lambda x, T: torch.zeros_like(x[0]).index_add_(0, T([-1]), x[0, :1]),
+    "index_copy above": lambda x, T: torch.zeros_like(x[0]).index_copy_(0, T([5]), x[0, :1]),
+    "index_copy negative": lambda x, T: torch.zeros_like(x[0]).index_copy_(0, T([-1]), x[0, :1]),
+    "index_fill above": lambda x, T: x.index_fill(1, T([5]), 1.0),
+    "index_fill negative in range": lambda x, T: x.index_fill(1, T([0, -1]), 1.0),
+    "index_reduce above": lambda x, T: x[0].index_reduce(0, T([5]), x[0, :1], "prod"),
+    "put above": lambda x, T: torch.zeros_like(x[0]).put_(T([5]), x[0, :1]),
+    "put negative in range": lambda x, T: torch.zeros_like(x[0]).put_(T([-1]), x[0, :1]),
+    "nll_loss above": lambda x, T: F.nll_loss(x, T([0, 3])),
+    "nll_loss negative": lambda x, T: F.nll_loss(x, T([0, -1])),
+    "nll_loss ignored": lambda x, T: F.nll_loss(x, T([0, -100])),
+    "cross_entropy above": lambda x, T: F.cross_entropy(x, T([0, 3])),
+}
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce")
+@pytest.mark.parametrize("name", INDEX_VALUE_CASES)
+def test_index_values_are_checked_like_cpu(name):
+    fn = INDEX_VALUE_CASES[name]
+    x = torch.arange(6.0).reshape(2, 3)
+    try:
+        expected, cpu_error = fn(x, torch.tensor), None
+    except (IndexError, RuntimeError) as error:
+        cpu_error = error
+    zyx_x = x.to("zyx")
+
+    def on_device(values):
+        return torch.tensor(values, device="zyx")
+
+    if cpu_error is None:
+        assert_close(fn(zyx_x, on_device), expected)
+        return
+    with pytest.raises(type(cpu_error)) as zyx_error:
+        fn(zyx_x, on_device).cpu()
+    assert str(zyx_error.value) == str(cpu_error)
+
+
+def test_index_error_surfaces_at_the_next_synchronization_once():
+    x = torch.arange(6.0, device="zyx")
+    y = x[torch.tensor([7], device="zyx")]  # recorded: nothing is computed, nothing raised
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 6"):
+        torch.zyx.synchronize()
+    # Raised once; the device goes on.
+    assert x[torch.tensor([-1], device="zyx")].item() == 5.0
+    del y
+    # A result dropped at once still had a bad index: the next realization on the device raises.
+    x[torch.tensor([9], device="zyx")]
+    with pytest.raises(IndexError, match="index 9 "):
+        (x + 1).cpu()
+    # Of two bad ops, the one recorded first is the one reported.
+    a = torch.gather(x, 0, torch.tensor([8], device="zyx"))
+    b = torch.gather(x, 0, torch.tensor([6], device="zyx"))
+    with pytest.raises(RuntimeError, match="index 8 is out of bounds"):
+        (a + b).cpu()
+    assert (x * 2).cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]

@@ -16,6 +16,7 @@ import sys
 import torch
 
 from . import dtypes
+from .checks import restore_checks, take_checks
 from .config import CONFIG
 from .lazy import graph as g
 from .lazy.graph import Node
@@ -490,7 +491,8 @@ def _raise_deferred() -> None:
 
 
 def realize_all(device=None) -> None:
-    """Realize every pending storage (of ``device`` only, when given) together."""
+    """Realize every pending storage (of ``device`` only, when given) together, with the index
+    checks pending there (checks.py); raise the first of those that failed."""
     if _deferred_errors:
         _raise_deferred()
     g.PendingCounter.count = 0
@@ -502,6 +504,11 @@ def realize_all(device=None) -> None:
     for storage in storages:
         if device is None or storage.device is device:
             by_device.setdefault(storage.device.index, []).append(storage)
+    index_checks = take_checks(device)
+    checks_of: dict[int, list] = {}
+    for check in index_checks:
+        checks_of.setdefault(check.device.index, []).append(check)
+        by_device.setdefault(check.device.index, [])
     if not by_device:
         return
     realize = _realize[0]
@@ -509,21 +516,46 @@ def realize_all(device=None) -> None:
         from .realize import realize  # (the executor is loaded on first use)
 
         _realize[0] = realize
+    devices = []
+    found = []  # (check, the buffer of its two values)
     try:
-        for group in by_device.values():
+        for index, group in by_device.items():
+            checks = checks_of.get(index, ())
+            context = group[0].device if group else checks[0].device
+            devices.append(context)
             # A storage filled whole by one node is realized from that node (the kernelizer
             # stores a root contiguous in any shape): no flat RESHAPE node to build and free.
-            buffers = realize([s._shaped or s._value for s in group], group[0].device)
+            roots = [s._shaped or s._value for s in group] + [check.found for check in checks]
+            buffers = realize(roots, context)
             for storage, buffer in zip(group, buffers):
                 # (not ``value =``: that would list the storage again)
                 storage._value = g.buffer(buffer, storage.dtype, storage.numel)
                 storage._shaped = None
+            found.extend(zip(checks, buffers[len(group):]))
         # Unlisted now that they hold buffers (a listed storage would keep its buffer alive).
         _pending[:] = [s for s in _pending if _is_lazy(s._shaped or s._value)]
+    except BaseException:
+        restore_checks(index_checks)
+        raise
     finally:
         # The bookkeeping above ran while the last kernel may still run (runtime ``settle``).
-        for group in by_device.values():
-            group[0].device.settle()
+        for context in devices:
+            context.settle()
+    if found:
+        _raise_failed_check(found)
+
+
+def _raise_failed_check(found: list) -> None:
+    """Raise (or defer, inside autograd's engine) the first failed check of ``found``."""
+    for check, buffer in found:
+        values = torch.empty(2, dtype=torch.int64)
+        device = check.device
+        device.pool.pool_to_host(buffer.raw, values.data_ptr(), 16, device.events.take([buffer.id]))
+        error = check.failure(*values.tolist())
+        if error is not None:
+            defer_error(error)
+            _raise_deferred()
+            return
 
 
 _realize: list = [None]

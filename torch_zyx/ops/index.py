@@ -12,10 +12,12 @@ import math
 import torch
 
 from .. import dtypes
+from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import ZyxTensor, from_cpu, read, wrap, write, zdtype
-from .registry import aten, operand, register
+from .reduce import check_dim
+from .registry import aten, dtype_name, operand, register
 
 
 def _onehot_take(x: Node, dim: int, index: Node) -> Node:
@@ -40,6 +42,14 @@ def _onehot_take(x: Node, dim: int, index: Node) -> Node:
     return g.reshape(g.reduce("sum", picked, (nd,)), wide[:-1])
 
 
+# CPU torch's messages for an index value out of range ({index}: the entry; checks.py).
+OUT_OF_RANGE = "index out of range in self"
+
+
+def out_of_bounds(dim: int, size: int) -> str:
+    return f"index {{index}} is out of bounds for dimension {dim} with size {size}"
+
+
 def _check_index_dtype(index, name: str) -> None:
     if index.dtype not in (torch.int64, torch.int32):
         raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
@@ -55,10 +65,64 @@ def index_select(x, dim, index):
         node = g.reshape(node, (1,))
     dim = dim % max(x.dim(), 1)
     idx = g.cast(g.reshape(read(index), (index.numel(),)), dtypes.int64)
+    check_index(idx, 0, node.shape[dim], x._storage.device, IndexError, OUT_OF_RANGE)
     out = _onehot_take(node, dim, idx)
     if x.dim() == 0:
         out = g.reshape(out, ())
     return wrap(out, x._storage.device)
+
+
+@register(aten.take.default)
+def take(x, index):
+    """x.flatten()[index], in index's shape (negative entries count from the end)."""
+    if index.dtype != torch.int64:
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got {dtype_name(index.dtype)}")
+    total, count = x.numel(), index.numel()
+    device = x._storage.device
+    if count == 0:
+        return wrap(g.const(0, zdtype(x.dtype), tuple(index.shape)), device)
+    if total == 0:
+        raise IndexError("take(): tried to take from an empty tensor")
+    idx = g.reshape(read(index), (count,))
+    check_index(idx, -total, total, device, IndexError,
+                f"out of range: tried to access index {{index}} on a tensor of {total} elements.")
+    out = _onehot_take(g.reshape(read(x), (total,)), 0, idx)
+    return wrap(g.reshape(out, tuple(index.shape)), device)
+
+
+@register(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(x, dim, index, value):
+    """x with the slices along ``dim`` that ``index`` names set to ``value`` (negative entries
+    count from the end): each position compared with every entry, no host round trip."""
+    if index.dtype != torch.int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+    if index.dim() > 1:
+        raise RuntimeError("Index has to be a vector/scalar")
+    if isinstance(value, torch.Tensor) and value.dim() != 0:
+        raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                           f"{value.dim()} dimension(s).")
+    d = check_dim(x, dim)
+    node = read(x)
+    device = x._storage.device
+    if index.numel() == 0:
+        return wrap(node, device)
+    shape = node.shape or (1,)
+    node = g.reshape(node, shape)
+    n, m = shape[d], index.numel()
+    idx = g.reshape(read(index), (m,))
+    check_index(idx, -n, n, device, IndexError, out_of_bounds(d, n))
+    idx = g.where(g.binary("lt", idx, g.const(0, dtypes.int64, (m,))),
+                  g.binary("add", idx, g.const(n, dtypes.int64, (m,))), idx)
+    wide = (n, m)
+    named = g.binary("eq", g.expand(g.reshape(g.iota((n,)), (n, 1)), wide), g.expand(g.reshape(idx, (1, m)), wide))
+    named = g.reshape(g.reduce("max", named, (1,)), (1,) * d + (n,) + (1,) * (len(shape) - d - 1))
+    if isinstance(value, ZyxTensor):
+        fill = operand(value, x.dtype)
+    else:  # a Python number, or a CPU scalar tensor
+        fill = g.const(value.item() if isinstance(value, torch.Tensor) else value, node.dtype)
+    fill = g.expand(g.reshape(g.cast(fill, node.dtype), (1,) * len(shape)), shape)
+    out = g.where(g.expand(named, shape), fill, node)
+    return wrap(g.reshape(out, tuple(x.shape)), device)
 
 
 @register(aten.embedding.default)
@@ -66,6 +130,7 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     if weight.dim() != 2:
         raise RuntimeError("'weight' must be 2-D")
     flat = g.cast(g.reshape(read(indices), (indices.numel(),)), dtypes.int64)
+    check_index(flat, 0, weight.shape[0], weight._storage.device, IndexError, OUT_OF_RANGE)
     out = _onehot_take(read(weight), 0, flat)
     return wrap(g.reshape(out, tuple(indices.shape) + (weight.shape[1],)), weight._storage.device)
 
@@ -160,6 +225,8 @@ def gather(x, dim, index, sparse_grad=False):
                                f"to be smaller than self {list(x.shape)} apart from dimension {d}")
     node = read(x)
     idx = g.cast(read(index), dtypes.int64)
+    size = x.shape[d] if x.dim() else 1
+    check_index(idx, 0, size, x._storage.device, RuntimeError, out_of_bounds(d, size))
     if not node.shape:
         node = g.reshape(node, (1,))
         idx = g.reshape(idx, (1,) * max(1, len(idx.shape))) if idx.shape else g.reshape(idx, (1,))
@@ -246,6 +313,9 @@ def _scatter(x, dim, index, src, reduce_add):
         s = g.const(src, node.dtype, tuple(index.shape))
     if index.numel() == 0:
         return wrap(node, x._storage.device)
+    d = dim % max(x.dim(), 1)
+    size = x.shape[d] if x.dim() else 1
+    check_index(idx, 0, size, x._storage.device, RuntimeError, out_of_bounds(d, size))
     scalar = not node.shape
     if scalar:
         node, idx = g.reshape(node, (1,)), g.reshape(idx, (1,))
@@ -286,15 +356,18 @@ def _on_device(indices, device) -> list:
             else i for i in indices]
 
 
-def _as_long_indices(indices) -> list:
-    """Indices with every bool mask replaced by the long index tensors of its true positions."""
-    out = []
+def _as_long_indices(indices) -> tuple[list, set[int]]:
+    """Indices with every bool mask replaced by the long index tensors of its true positions,
+    and the positions in that list of the tensors that came from masks."""
+    out, from_masks = [], set()
     for idx in indices:
         if idx is not None and idx.dtype in (torch.bool, torch.uint8):
-            out.extend(nonzero(idx).unbind(1))
+            positions = nonzero(idx).unbind(1)
+            from_masks.update(range(len(out), len(out) + len(positions)))
+            out.extend(positions)
         else:
             out.append(idx)
-    return out
+    return out, from_masks
 
 
 def _advanced(x, indices):
@@ -303,7 +376,7 @@ def _advanced(x, indices):
     Returns (node with the indexed dims flattened into axis 0 and the others after it in
     order, flat index node of the broadcast index shape B, B, rest dims, where B goes in the
     result: 0 or the first indexed dim when the indexed dims are adjacent)."""
-    indices = _as_long_indices(_on_device(indices, x._storage.device))
+    indices, from_masks = _as_long_indices(_on_device(indices, x._storage.device))
     if len(indices) > x.dim():
         raise IndexError(f"too many indices for tensor of dimension {x.dim()} (got {len(indices)})")
     indexed = [d for d, idx in enumerate(indices) if idx is not None]
@@ -319,6 +392,10 @@ def _advanced(x, indices):
     for n in sizes:
         total *= n
     node = g.reshape(node, (total,) + tuple(x.shape[d] for d in rest))
+    for d, n in zip(indexed, sizes):
+        if d not in from_masks:  # (a mask's positions are in range by construction)
+            check_index(g.cast(read(indices[d]), dtypes.int64), -n, n, x._storage.device, IndexError,
+                        out_of_bounds(d, n))
     flat = None
     stride = 1
     for d, n in reversed(list(zip(indexed, sizes))):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from .. import dtypes
+from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import meta, read, wrap, zdtype
@@ -218,6 +219,8 @@ def _nll_rows(x, target, weight, ignore_index) -> tuple[Node, Node, Node, Node]:
 @register(aten.nll_loss_forward.default)
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
     node, hot, row_weight, rows = _nll_rows(x, target, weight, ignore_index)
+    check_index(g.cast(read(target), dtypes.int64), 0, node.shape[1], x._storage.device, IndexError,
+                "Target {index} is out of bounds.", ignore=ignore_index)
     wide = node.shape
     picked = g.reshape(g.reduce("sum", g.where(hot, node, g.const(0.0, node.dtype, wide)), (1,)), (rows,))
     losses = g.unary("neg", g.binary("mul", picked, row_weight))

@@ -14,11 +14,20 @@ import math
 import torch
 
 from .. import dtypes
+from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
 from .elementwise import floor_div
-from .index import _onehot_take, _scatter_node, inclusive_count, scatter_hits, true_positions
+from .index import (
+    OUT_OF_RANGE,
+    _onehot_take,
+    _scatter_node,
+    inclusive_count,
+    out_of_bounds,
+    scatter_hits,
+    true_positions,
+)
 from .registry import aten, broadcast_shape, dtype_name, register
 
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
@@ -94,6 +103,7 @@ def scatter_reduce(x, dim, index, src, reduce, include_self=True):
         idx, s = (g.reshape(idx, (1,) * len(node.shape)),
                   g.reshape(s, (1,) * len(node.shape)) if not s.shape else s)
     dim = dim % max(x.dim(), 1)
+    check_index(idx, 0, node.shape[dim], x._storage.device, RuntimeError, out_of_bounds(dim, node.shape[dim]))
     out = scatter_reduce_node(node, dim, idx, s, reduce, include_self)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
 
@@ -119,6 +129,7 @@ def index_reduce(x, dim, index, source, reduce, include_self=True):
     # index_reduce is scatter_reduce with the 1-D index broadcast over source's other axes.
     nd = len(src.shape)
     idx = g.reshape(g.cast(read(index), dtypes.int64), (1,) * dim + (index.numel(),) + (1,) * (nd - dim - 1))
+    check_index(idx, 0, node.shape[dim], x._storage.device, IndexError, OUT_OF_RANGE)
     idx = g.expand(idx, src.shape)
     out = scatter_reduce_node(node, dim, idx, src, reduce, include_self)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
@@ -185,6 +196,8 @@ def put(x, index, source, accumulate=False):
     total = x.numel()
     flat = g.reshape(node, (total,))
     idx = g.reshape(g.cast(read(index), dtypes.int64), (index.numel(),))
+    check_index(idx, -total, total, x._storage.device, IndexError,
+                f"out of range: tried to access index {{index}} on a tensor of {total} elements.")
     src = g.reshape(g.cast(read(source), node.dtype), (source.numel(),))
     out = _scatter_node(flat, 0, idx, src, accumulate)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
@@ -211,6 +224,11 @@ def masked_scatter_backward(grad, mask, sizes):
     src = g.where(flag, gnode, g.const(0, gnode.dtype, (total,)))
     out = _scatter_node(zero, 0, idx, src, True)
     return wrap(g.reshape(out, tuple(sizes)), grad._storage.device)
+
+
+def _vector(index) -> Node:
+    """The index tensor of index_add/index_copy as a flat int64 node."""
+    return g.reshape(g.cast(read(index), dtypes.int64), (index.numel(),))
 
 
 def _index_dim_source(x, dim, index, source, name: str):
@@ -243,6 +261,7 @@ def index_add(x, dim, index, source, alpha=1):
     if index.numel() == 0:
         return wrap(read(x), x._storage.device)
     node, d, idx, src = _index_dim_source(x, dim, index, source, "index_add")
+    check_index(_vector(index), 0, node.shape[d], x._storage.device, IndexError, OUT_OF_RANGE)
     if alpha != 1:
         src = g.binary("mul", src, g.const(alpha, src.dtype, src.shape))
     out = scatter_reduce_node(node, d, idx, src, "sum", True)
@@ -257,6 +276,8 @@ def index_copy(x, dim, index, source):
     if index.numel() == 0:
         return wrap(read(x), x._storage.device)
     node, d, idx, src = _index_dim_source(x, dim, index, source, "index_copy")
+    check_index(_vector(index), 0, node.shape[d], x._storage.device, IndexError,
+                "index_copy_(): " + out_of_bounds(d, node.shape[d]))
     out = _scatter_node(node, d, idx, src, False)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
 

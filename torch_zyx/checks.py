@@ -1,0 +1,86 @@
+"""Index bounds checked on the device: what ATen checks on the host before an indexing op.
+
+Stage 1 (recording) and the realization trigger. An op whose result depends on the values of
+an index tensor (gather, index_select, ``x[idx]``, embedding, scatter, index_put_, nll_loss's
+targets...) cannot look at those values while it records: they may not be computed yet. The
+lowering records a check instead (``check_index``): two int64 scalars computed on the device with
+the graph, the flat position of the first entry outside the valid range and that entry.
+``tensor.realize_all`` realizes the pending checks of a device with its pending storages, reads
+the scalars back and raises CPU torch's exception, with CPU torch's message, for the first check
+that failed, in the order they were recorded.
+
+As with CUDA's device-side asserts, the error surfaces at the next synchronization (``.cpu()``,
+``.item()``, printing, ``torch.zyx.synchronize()``), not at the op itself, and the op's result is
+undefined (an out-of-range entry selects nothing). A realization raises for every check pending
+on its device, including those of results already dropped: the op was recorded with a bad index.
+"""
+
+from __future__ import annotations
+
+from . import dtypes
+from .lazy import graph as g
+from .lazy.graph import Node
+
+int64 = dtypes.int64
+
+
+class IndexCheck:
+    """A pending check: ``found`` is an int64 node of shape (2,), [flat position of the first
+    entry outside the range (``numel`` if none), that entry (0 if none)]."""
+
+    __slots__ = ("device", "error", "found", "message", "numel")
+
+    def __init__(self, device, found: Node, numel: int, error: type, message: str):
+        self.device, self.found, self.numel = device, found, numel
+        self.error, self.message = error, message
+
+    def failure(self, position: int, value: int) -> BaseException | None:
+        """The exception CPU torch raises, from the two values ``found`` realized to; None when
+        every entry was in range."""
+        if position >= self.numel:
+            return None
+        return self.error(self.message.format(index=value))
+
+
+_pending: list[IndexCheck] = []
+
+
+def check_index(index: Node, low: int, high: int, device, error: type, message: str,
+                ignore: int | None = None) -> None:
+    """Record that every entry of the int64 node ``index`` lies in [low, high), or equals
+    ``ignore`` when that is given. ``message`` is CPU torch's, with ``{index}`` standing for the
+    first entry outside the range."""
+    numel = index.numel
+    if numel == 0:
+        return
+    flat = g.reshape(index, (numel,))
+    shape = (numel,)
+    below = g.binary("lt", flat, g.const(low, int64, shape))
+    above = g.unary("not", g.binary("lt", flat, g.const(high, int64, shape)))
+    bad = g.binary("or", below, above)
+    if ignore is not None:
+        bad = g.binary("and", bad, g.binary("ne", flat, g.const(ignore, int64, shape)))
+    position = g.iota(shape)
+    first = g.reduce("min", g.where(bad, position, g.const(numel, int64, shape)), (0,))
+    is_first = g.binary("eq", position, g.expand(first, shape))
+    value = g.reduce("sum", g.where(is_first, flat, g.const(0, int64, shape)), (0,))
+    found = g.binary("add", g.pad(first, ((0, 1),)), g.pad(value, ((1, 0),)))
+    _pending.append(IndexCheck(device, found, numel, error, message))
+
+
+def take_checks(device=None) -> list[IndexCheck]:
+    """The pending checks of ``device`` (all when None), oldest first, no longer pending."""
+    if not _pending:
+        return []
+    if device is None:
+        taken = _pending[:]
+        _pending.clear()
+        return taken
+    taken = [check for check in _pending if check.device is device]
+    _pending[:] = [check for check in _pending if check.device is not device]
+    return taken
+
+
+def restore_checks(checks: list[IndexCheck]) -> None:
+    """Make ``checks`` pending again, before those recorded since (a realization that failed)."""
+    _pending[:0] = checks
