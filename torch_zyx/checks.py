@@ -3,11 +3,12 @@
 Stage 1 (recording) and the realization trigger. An op whose result depends on the values of
 an index tensor (gather, index_select, ``x[idx]``, embedding, scatter, index_put_, nll_loss's
 targets...) cannot look at those values while it records: they may not be computed yet. The
-lowering records a check instead (``check_index``): two int64 scalars computed on the device with
-the graph, the flat position of the first entry outside the valid range and that entry.
+lowering records a check instead (``check_index``): an int64 scalar computed on the device with
+the graph (one reduction), the flat position of the first entry outside the valid range.
 ``tensor.realize_all`` realizes the pending checks of a device with its pending storages, reads
-the scalars back and raises CPU torch's exception, with CPU torch's message, for the first check
-that failed, in the order they were recorded.
+the positions back and raises CPU torch's exception, with CPU torch's message, for the first
+check that failed, in the order they were recorded (the bad entry itself is computed and read
+only then).
 
 As with CUDA's device-side asserts, the error surfaces at the next synchronization (``.cpu()``,
 ``.item()``, printing, ``torch.zyx.synchronize()``), not at the op itself, and the op's result is
@@ -25,20 +26,22 @@ int64 = dtypes.int64
 
 
 class IndexCheck:
-    """A pending check: ``found`` is an int64 node of shape (2,), [flat position of the first
-    entry outside the range (``numel`` if none), that entry (0 if none)]."""
+    """A pending check: ``first`` is an int64 node of shape (1,), the flat position of the first
+    entry of ``index`` (flat, ``numel`` entries) outside the range, ``numel`` if none."""
 
-    __slots__ = ("device", "error", "found", "message", "numel")
+    __slots__ = ("device", "error", "first", "index", "message", "numel")
 
-    def __init__(self, device, found: Node, numel: int, error: type, message: str):
-        self.device, self.found, self.numel = device, found, numel
+    def __init__(self, device, index: Node, first: Node, error: type, message: str):
+        self.device, self.index, self.first, self.numel = device, index, first, index.shape[0]
         self.error, self.message = error, message
 
-    def failure(self, position: int, value: int) -> BaseException | None:
-        """The exception CPU torch raises, from the two values ``found`` realized to; None when
-        every entry was in range."""
-        if position >= self.numel:
-            return None
+    def entry(self, position: int) -> Node:
+        """The entry at ``position`` (shape (1,)): realized only for a check that failed, so a
+        passing check costs one reduction."""
+        return g.shrink(self.index, ((position, position + 1),))
+
+    def failure(self, value: int) -> BaseException:
+        """The exception CPU torch raises for the entry ``value``."""
         return self.error(self.message.format(index=value))
 
 
@@ -60,12 +63,8 @@ def check_index(index: Node, low: int, high: int, device, error: type, message: 
     bad = g.binary("or", below, above)
     if ignore is not None:
         bad = g.binary("and", bad, g.binary("ne", flat, g.const(ignore, int64, shape)))
-    position = g.iota(shape)
-    first = g.reduce("min", g.where(bad, position, g.const(numel, int64, shape)), (0,))
-    is_first = g.binary("eq", position, g.expand(first, shape))
-    value = g.reduce("sum", g.where(is_first, flat, g.const(0, int64, shape)), (0,))
-    found = g.binary("add", g.pad(first, ((0, 1),)), g.pad(value, ((1, 0),)))
-    _pending.append(IndexCheck(device, found, numel, error, message))
+    first = g.reduce("min", g.where(bad, g.iota(shape), g.const(numel, int64, shape)), (0,))
+    _pending.append(IndexCheck(device, flat, first, error, message))
 
 
 def take_checks(device=None) -> list[IndexCheck]:

@@ -517,7 +517,7 @@ def realize_all(device=None) -> None:
 
         _realize[0] = realize
     devices = []
-    found = []  # (check, the buffer of its two values)
+    found = []  # (check, the buffer of its first bad position)
     try:
         for index, group in by_device.items():
             checks = checks_of.get(index, ())
@@ -525,7 +525,7 @@ def realize_all(device=None) -> None:
             devices.append(context)
             # A storage filled whole by one node is realized from that node (the kernelizer
             # stores a root contiguous in any shape): no flat RESHAPE node to build and free.
-            roots = [s._shaped or s._value for s in group] + [check.found for check in checks]
+            roots = [s._shaped or s._value for s in group] + [check.first for check in checks]
             buffers = realize(roots, context)
             for storage, buffer in zip(group, buffers):
                 # (not ``value =``: that would list the storage again)
@@ -548,14 +548,19 @@ def realize_all(device=None) -> None:
 def _raise_failed_check(found: list) -> None:
     """Raise (or defer, inside autograd's engine) the first failed check of ``found``."""
     for check, buffer in found:
-        values = torch.empty(2, dtype=torch.int64)
-        device = check.device
-        device.pool.pool_to_host(buffer.raw, values.data_ptr(), 16, device.events.take([buffer.id]))
-        error = check.failure(*values.tolist())
-        if error is not None:
-            defer_error(error)
+        position = _read_int64(check.device, buffer)
+        if position < check.numel:
+            value = _read_int64(check.device, _realize[0]([check.entry(position)], check.device)[0])
+            defer_error(check.failure(value))
             _raise_deferred()
             return
+
+
+def _read_int64(device, buffer) -> int:
+    """The first int64 of ``buffer``, once the work pending on it is done."""
+    value = torch.empty(1, dtype=torch.int64)
+    device.pool.pool_to_host(buffer.raw, value.data_ptr(), 8, device.events.take([buffer.id]))
+    return int(value)
 
 
 _realize: list = [None]
