@@ -600,9 +600,13 @@ def test_nn_functional():
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_nll_loss_lowered_with_gradients(reduction, weighted, no_fallback):
-    """nll_loss forward and backward are zyx lowerings (class weights, ignore_index, 1-d input)."""
+    """nll_loss forward and backward are zyx lowerings (class weights, ignore_index, 1-d input,
+    spatial inputs: nll_loss2d, which 3-d and 5-d inputs also reach)."""
     gen = torch.Generator().manual_seed(3)
-    for shape, target in (((5, 7), torch.tensor([0, 2, 6, 2, 3])), ((7,), torch.tensor(4))):
+    spatial = [((2, 7, 3, 4), torch.randint(0, 7, (2, 3, 4), generator=gen)),
+               ((2, 7, 5), torch.randint(0, 7, (2, 5), generator=gen)),
+               ((2, 7, 3, 2, 2), torch.randint(0, 7, (2, 3, 2, 2), generator=gen))]
+    for shape, target in [((5, 7), torch.tensor([0, 2, 6, 2, 3])), ((7,), torch.tensor(4))] + spatial:
         for ignore_index in (-100, 2):
             x = torch.randn(shape, generator=gen)
             weight = torch.rand(7, generator=gen) if weighted else None

@@ -317,6 +317,9 @@ INDEX_VALUE_CASES = {
     "index_select above": lambda x, T: torch.index_select(x, 0, T([2])),
     "index_select negative": lambda x, T: torch.index_select(x, 0, T([-1])),
     "index_select 0-d": lambda x, T: torch.index_select(x[0, 1], 0, T([1])),
+    "index_select dim 1": lambda x, T: torch.index_select(x, 1, T([4], dtype=torch.int32)),
+    "index_select dim 1 negative": lambda x, T: torch.index_select(x, 1, T([-1])),
+    "index_select int32 negative": lambda x, T: torch.index_select(x, 0, T([-1], dtype=torch.int32)),
     "index above": lambda x, T: x[T([3])],
     "index negative in range": lambda x, T: x[T([-1])],
     "index negative below": lambda x, T: x[T([-3])],
@@ -331,6 +334,9 @@ INDEX_VALUE_CASES = {
     "scatter above": lambda x, T: torch.zeros_like(x).scatter(1, T([[3]]), 1.0),
     "scatter_add above": lambda x, T: torch.zeros_like(x).scatter_add(1, T([[3]]), x[:1, :1]),
     "scatter_reduce above": lambda x, T: x[0].scatter_reduce(0, T([5]), x[0, :1], "sum"),
+    "scatter reduce= above": lambda x, T: torch.zeros_like(x).scatter(1, T([[3]]), x[:1, :1], reduce="add"),
+    "embedding_bag above": lambda x, T: F.embedding_bag(T([0, 7]), x, T([0])),
+    "take_along_dim above": lambda x, T: torch.take_along_dim(x, T([[0, 5]]), 1),
     "index_put above": lambda x, T: torch.zeros_like(x[0]).index_put_((T([5]),), x[0, 1]),
     "index_put negative in range": lambda x, T: torch.zeros_like(x[0]).index_put_((T([-1]),), x[0, 1]),
     "index_add above": lambda x, T: torch.zeros_like(x[0]).index_add_(0, T([5]), x[0, :1]),
@@ -346,6 +352,7 @@ INDEX_VALUE_CASES = {
     "nll_loss negative": lambda x, T: F.nll_loss(x, T([0, -1])),
     "nll_loss ignored": lambda x, T: F.nll_loss(x, T([0, -100])),
     "cross_entropy above": lambda x, T: F.cross_entropy(x, T([0, 3])),
+    "nll_loss spatial above": lambda x, T: F.nll_loss(x.reshape(1, 3, 2, 1), T([[[0], [3]]])),
 }
 
 
@@ -360,8 +367,8 @@ def test_index_values_are_checked_like_cpu(name):
         cpu_error = error
     zyx_x = x.to("zyx")
 
-    def on_device(values):
-        return torch.tensor(values, device="zyx")
+    def on_device(values, dtype=None):
+        return torch.tensor(values, dtype=dtype, device="zyx")
 
     if cpu_error is None:
         assert_close(fn(zyx_x, on_device), expected)

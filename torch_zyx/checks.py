@@ -40,9 +40,9 @@ class IndexCheck:
         passing check costs one reduction."""
         return g.shrink(self.index, ((position, position + 1),))
 
-    def failure(self, value: int) -> BaseException:
-        """The exception CPU torch raises for the entry ``value``."""
-        return self.error(self.message.format(index=value))
+    def failure(self, position: int, value: int) -> BaseException:
+        """The exception CPU torch raises for the entry ``value`` at ``position``."""
+        return self.error(self.message.format(index=value, position=position))
 
 
 _pending: list[IndexCheck] = []
@@ -52,7 +52,7 @@ def check_index(index: Node, low: int, high: int, device, error: type, message: 
                 ignore: int | None = None) -> None:
     """Record that every entry of the int64 node ``index`` lies in [low, high), or equals
     ``ignore`` when that is given. ``message`` is CPU torch's, with ``{index}`` standing for the
-    first entry outside the range."""
+    first entry outside the range and ``{position}`` for its flat position."""
     numel = index.numel
     if numel == 0:
         return

@@ -551,7 +551,7 @@ def _raise_failed_check(found: list) -> None:
         position = _read_int64(check.device, buffer)
         if position < check.numel:
             value = _read_int64(check.device, _realize[0]([check.entry(position)], check.device)[0])
-            defer_error(check.failure(value))
+            defer_error(check.failure(position, value))
             _raise_deferred()
             return
 

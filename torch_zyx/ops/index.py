@@ -65,7 +65,11 @@ def index_select(x, dim, index):
         node = g.reshape(node, (1,))
     dim = dim % max(x.dim(), 1)
     idx = g.cast(g.reshape(read(index), (index.numel(),)), dtypes.int64)
-    check_index(idx, 0, node.shape[dim], x._storage.device, IndexError, OUT_OF_RANGE)
+    if dim == 1 and x.dim() > 1:  # (ATen's kernel for dim 1 has an error of its own)
+        check_index(idx, 0, node.shape[dim], x._storage.device, RuntimeError,
+                    f"INDICES element is out of DATA bounds, id={{index}} axis_dim={node.shape[dim]}")
+    else:
+        check_index(idx, 0, node.shape[dim], x._storage.device, IndexError, OUT_OF_RANGE)
     out = _onehot_take(node, dim, idx)
     if x.dim() == 0:
         out = g.reshape(out, ())
@@ -114,7 +118,8 @@ def index_fill(x, dim, index, value):
     idx = g.where(g.binary("lt", idx, g.const(0, dtypes.int64, (m,))),
                   g.binary("add", idx, g.const(n, dtypes.int64, (m,))), idx)
     wide = (n, m)
-    named = g.binary("eq", g.expand(g.reshape(g.iota((n,)), (n, 1)), wide), g.expand(g.reshape(idx, (1, m)), wide))
+    named = g.binary("eq", g.expand(g.reshape(g.iota((n,)), (n, 1)), wide),
+                     g.expand(g.reshape(idx, (1, m)), wide))
     named = g.reshape(g.reduce("max", named, (1,)), (1,) * d + (n,) + (1,) * (len(shape) - d - 1))
     if isinstance(value, ZyxTensor):
         fill = operand(value, x.dtype)

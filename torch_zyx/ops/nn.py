@@ -193,15 +193,15 @@ def mse_loss(x, target, reduction=1):
 # reduce over the class axis and the backward one elementwise kernel.
 
 
-def _nll_rows(x, target, weight, ignore_index) -> tuple[Node, Node, Node, Node]:
-    """(input as (N, C) in the accumulation dtype, the one-hot of the targets (N, C), each
-    row's weight (N,) — zero where the target is ``ignore_index`` — and the rows' count N)."""
-    node = read(x)
+def _nll_rows(node: Node, target: Node, weight, ignore_index) -> tuple[Node, Node, Node, Node]:
+    """(``node``, the input as (N, C) or (C,), as (N, C) in the accumulation dtype, the one-hot
+    of the int64 ``target`` (N, C), each row's weight (N,) — zero where the target is
+    ``ignore_index`` — and the rows' count N)."""
     node = g.cast(node, _acc_dtype(node.dtype))
     classes = node.shape[-1]
     rows = 1 if len(node.shape) == 1 else node.shape[0]
     node = g.reshape(node, (rows, classes))
-    tgt = g.reshape(g.cast(read(target), dtypes.int64), (rows,))
+    tgt = g.reshape(target, (rows,))
     wide = (rows, classes)
     hot = g.binary("eq", g.expand(g.reshape(g.iota((classes,)), (1, classes)), wide),
                    g.expand(g.reshape(tgt, (rows, 1)), wide))
@@ -216,28 +216,30 @@ def _nll_rows(x, target, weight, ignore_index) -> tuple[Node, Node, Node, Node]:
     return node, hot, row_weight, rows
 
 
-@register(aten.nll_loss_forward.default)
-def nll_loss_forward(x, target, weight, reduction, ignore_index):
-    node, hot, row_weight, rows = _nll_rows(x, target, weight, ignore_index)
-    check_index(g.cast(read(target), dtypes.int64), 0, node.shape[1], x._storage.device, IndexError,
-                "Target {index} is out of bounds.", ignore=ignore_index)
+def _nll_forward(x, node: Node, target: Node, weight, reduction, ignore_index, none_shape: tuple):
+    """nll_loss's (output, total_weight) for the input rows ``node`` and their ``target``; the
+    unreduced losses take ``none_shape``. The targets are checked on the device (checks.py)."""
+    node, hot, row_weight, rows = _nll_rows(node, target, weight, ignore_index)
+    check_index(target, 0, node.shape[1], x._storage.device, IndexError, "Target {index} is out of bounds.",
+                ignore=ignore_index)
     wide = node.shape
     picked = g.reshape(g.reduce("sum", g.where(hot, node, g.const(0.0, node.dtype, wide)), (1,)), (rows,))
     losses = g.unary("neg", g.binary("mul", picked, row_weight))
     total_weight = g.reshape(g.reduce("sum", row_weight, (0,)), ())
     out_dtype, dev = zdtype(x.dtype), x._storage.device
-    if reduction == 0:  # none: one loss per row (a 0-d loss for a 1-d input)
-        out = losses if x.dim() == 2 else g.reshape(losses, ())
-        return wrap(g.cast(out, out_dtype), dev), wrap(g.const(0.0, out_dtype, ()), dev)
+    if reduction == 0:  # none: one loss per row
+        losses = g.cast(g.reshape(losses, none_shape), out_dtype)
+        return wrap(losses, dev), wrap(g.const(0.0, out_dtype, ()), dev)
     total = g.reshape(g.reduce("sum", losses, (0,)), ())
     if reduction == 1:
         total = g.binary("div", total, total_weight)
     return wrap(g.cast(total, out_dtype), dev), wrap(g.cast(total_weight, out_dtype), dev)
 
 
-@register(aten.nll_loss_backward.default)
-def nll_loss_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight):
-    node, hot, row_weight, rows = _nll_rows(x, target, weight, ignore_index)
+def _nll_backward(grad_output, x, node: Node, target: Node, weight, reduction, ignore_index,
+                  total_weight) -> Node:
+    """The gradient of nll_loss for the input rows ``node``, as (N, C) rows."""
+    node, hot, row_weight, rows = _nll_rows(node, target, weight, ignore_index)
     grad = g.cast(read(grad_output), node.dtype)
     if reduction == 0:
         grad = g.reshape(grad, (rows,))
@@ -249,7 +251,50 @@ def nll_loss_backward(grad_output, x, target, weight, reduction, ignore_index, t
     scaled = g.unary("neg", g.binary("mul", grad, row_weight))
     wide = node.shape
     out = g.where(hot, g.expand(g.reshape(scaled, (rows, 1)), wide), g.const(0.0, node.dtype, wide))
-    return wrap(g.cast(g.reshape(out, tuple(x.shape)), zdtype(x.dtype)), x._storage.device)
+    return g.cast(out, zdtype(x.dtype))
+
+
+@register(aten.nll_loss_forward.default)
+def nll_loss_forward(x, target, weight, reduction, ignore_index):
+    target_node = g.cast(read(target), dtypes.int64)
+    return _nll_forward(x, read(x), target_node, weight, reduction, ignore_index, tuple(x.shape[:-1]))
+
+
+@register(aten.nll_loss_backward.default)
+def nll_loss_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight):
+    out = _nll_backward(grad_output, x, read(x), g.cast(read(target), dtypes.int64), weight, reduction,
+                        ignore_index, total_weight)
+    return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
+
+
+def _spatial_rows(x, target) -> tuple[Node, Node]:
+    """nll_loss2d's input (N, C, H, W) as rows (N*H*W, C) and its target (N, H, W) as (N*H*W,),
+    after ATen's checks."""
+    if target.dim() != 3:
+        raise RuntimeError("only batches of spatial targets supported (3D tensors) but got targets of "
+                           f"dimension: {target.dim()}")
+    if x.dim() != 4:
+        raise RuntimeError("only batches of spatial inputs supported (4D tensors), but got input of "
+                           f"dimension: {x.dim()}")
+    n, _, h, w = x.shape
+    if tuple(target.shape) != (n, h, w):
+        raise RuntimeError(f"size mismatch (got input: {list(x.shape)} , target: {list(target.shape)}")
+    rows = g.reshape(g.permute(read(x), (0, 2, 3, 1)), (n * h * w, x.shape[1]))
+    return rows, g.reshape(g.cast(read(target), dtypes.int64), (n * h * w,))
+
+
+@register(aten.nll_loss2d_forward.default)
+def nll_loss2d_forward(x, target, weight, reduction, ignore_index):
+    rows, target_rows = _spatial_rows(x, target)
+    return _nll_forward(x, rows, target_rows, weight, reduction, ignore_index, tuple(target.shape))
+
+
+@register(aten.nll_loss2d_backward.default)
+def nll_loss2d_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight):
+    rows, target_rows = _spatial_rows(x, target)
+    out = _nll_backward(grad_output, x, rows, target_rows, weight, reduction, ignore_index, total_weight)
+    n, c, h, w = x.shape
+    return wrap(g.permute(g.reshape(out, (n, h, w, c)), (0, 3, 1, 2)), x._storage.device)
 
 
 # ------------------------------------------------------------------------------- embedding bag
@@ -282,6 +327,9 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
     n = indices.shape[0]
     bags = offsets.shape[0] - (1 if include_last_offset else 0)
     idx = g.cast(read(indices), dtypes.int64)
+    check_index(idx, 0, w.shape[0], dev, RuntimeError,
+                f"Index {{position}} of input takes value {{index}} which is not in the valid range "
+                f"[0, {w.shape[0]})")
     off = g.cast(read(offsets), dtypes.int64)
     bag = _bag_of(idx, off, bags) if n else g.const(0, dtypes.int64, (0,))
     keep = g.const(True, dtypes.bool_, (n,))

@@ -324,6 +324,7 @@ def scatter_with_reduce(x, dim, index, src, reduce):
     if not node.shape:
         node, idx, s = g.reshape(node, (1,)), g.reshape(idx, (1,)), g.reshape(s, (1,))
     dim = dim % max(x.dim(), 1)
+    check_index(idx, 0, node.shape[dim], x._storage.device, RuntimeError, out_of_bounds(dim, node.shape[dim]))
     out = scatter_reduce_node(node, dim, idx, s, "sum" if reduce == "add" else "prod", True)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
 
