@@ -987,6 +987,7 @@ def test_searchsorted_family(name, dtype):
 UNIQUES = {
     "unique": lambda t: torch.unique(t),
     "unique_all": lambda t: torch.unique(t, return_inverse=True, return_counts=True),
+    "_unique": lambda t: torch._unique(t, return_inverse=True),
     "unique_dim": lambda t: torch.unique(t, dim=1, return_inverse=True, return_counts=True),
     "unique_consecutive": lambda t: torch.unique_consecutive(t, return_inverse=True, return_counts=True),
     "unique_consecutive_dim": lambda t: torch.unique_consecutive(t, dim=0, return_counts=True),

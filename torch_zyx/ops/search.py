@@ -222,6 +222,12 @@ def unique2(x, sorted=True, return_inverse=False, return_counts=False):
     return _unique(x, None, return_inverse, return_counts)
 
 
+@register(aten._unique.default)
+def unique(x, sorted=True, return_inverse=False):
+    """The older form (index_fill's gradient for its value uses it): values and inverse only."""
+    return _unique(x, None, return_inverse, False)[:2]
+
+
 @register(aten.unique_dim.default)
 def unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
     return _unique(x, dim % max(x.dim(), 1), return_inverse, return_counts)
