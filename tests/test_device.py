@@ -243,6 +243,29 @@ def test_no_fallback_in_backward_under_python_guard_raises_after_it():
     assert "after: (6,)" in result.stdout
 
 
+_UNBUILT_SCRIPT = """
+import sys
+sys.modules["torch_zyx.lazy._native"] = None  # as if the install had no C compiler
+sys.modules["torch_zyx.runtime._launch"] = None
+import torch
+x = torch.arange(4.0, device="zyx")
+print("result", (x * 2 + 1).sum().item())
+"""
+
+
+def test_unbuilt_c_extensions_warn_and_fall_back():
+    # pip hides a failed optional build: the Python fallbacks work, and a warning says why
+    # recording is slower; ZYX_NATIVE=0 chooses them without one.
+    result = _run(_UNBUILT_SCRIPT, ZYX_BACKENDS="cpu")
+    assert result.returncode == 0, result.stderr
+    assert "result 16.0" in result.stdout
+    for name, fallback in (("torch_zyx.lazy._native", "nodes_py"), ("torch_zyx.runtime._launch", "ctypes")):
+        assert re.search(rf"C extension {re.escape(name)} is not built .*; using {fallback}", result.stderr), \
+            result.stderr
+    quiet = _run(_UNBUILT_SCRIPT, ZYX_BACKENDS="cpu", ZYX_NATIVE="0")
+    assert quiet.returncode == 0 and "is not built" not in quiet.stderr, quiet.stderr
+
+
 def test_native_guard_is_used_where_it_can_be_built():
     # The C++ guard is built wherever a C++ compiler and torch's headers exist; it failing to
     # build there would bring back the terminated processes (see device_guard.py).

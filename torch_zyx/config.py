@@ -110,5 +110,9 @@ def native_extension(name: str, fallback: str):
     try:
         return importlib.import_module(name)
     except ImportError as exc:  # not built: no C compiler or Python headers at install
-        log.info("zyx: %s is not built (%s); using %s", name, exc, fallback)
+        # A warning, not an info line: pip hides the failed optional build, and recording and
+        # launching without the extension is several times slower.
+        log.warning("zyx: the C extension %s is not built (%s); using %s, which is slower. Install "
+                    "with a C compiler and the Python headers (in a source tree: `python setup.py "
+                    "build_ext --inplace`), or set ZYX_NATIVE=0 to use it on purpose.", name, exc, fallback)
         return None
