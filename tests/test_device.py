@@ -259,9 +259,10 @@ def test_unbuilt_c_extensions_warn_and_fall_back():
     result = _run(_UNBUILT_SCRIPT, ZYX_BACKENDS="cpu")
     assert result.returncode == 0, result.stderr
     assert "result 16.0" in result.stdout
-    for name, fallback in (("torch_zyx.lazy._native", "nodes_py"), ("torch_zyx.runtime._launch", "ctypes")):
-        assert re.search(rf"C extension {re.escape(name)} is not built .*; using {fallback}", result.stderr), \
-            result.stderr
+    fallbacks = {"torch_zyx.lazy._native": "nodes_py", "torch_zyx.runtime._launch": "ctypes"}
+    for name, fallback in fallbacks.items():
+        pattern = rf"C extension {re.escape(name)} is not built .*; using {fallback}"
+        assert re.search(pattern, result.stderr), result.stderr
     quiet = _run(_UNBUILT_SCRIPT, ZYX_BACKENDS="cpu", ZYX_NATIVE="0")
     assert quiet.returncode == 0 and "is not built" not in quiet.stderr, quiet.stderr
 
