@@ -770,6 +770,13 @@ ARGUMENT_ERROR_CASES = {
                                                                                  device=a.device)),
     "aminmax out= dtype": lambda a, i: torch.aminmax(a, dim=0, out=(torch.empty(4, dtype=torch.int32,
                                                                                 device=a.device), a[0])),
+    "ormqr tau length": lambda a, i: torch.ormqr(a, a[0, :2], a[:, :2]),
+    "ormqr other rows": lambda a, i: torch.ormqr(a, a[0, :3], a[:2]),
+    "ormqr other cols (right)": lambda a, i: torch.ormqr(a, a[0, :3], a, left=False),
+    "ormqr tau ndim": lambda a, i: torch.ormqr(a, a[:, :3], a),
+    "ormqr other ndim": lambda a, i: torch.ormqr(a[None], a[:1, :3], a),
+    "ormqr other batch": lambda a, i: torch.ormqr(a[None], a[:1, :3], a[None].expand(2, 3, 4)),
+    "ormqr tau 0-d": lambda a, i: torch.ormqr(a, a[0, 0], a),
 }
 
 

@@ -129,13 +129,38 @@ def householder_product(a, tau):
 @register(aten.ormqr.default)
 def ormqr(a, tau, other, left=True, transpose=False):
     api = "torch.ormqr"
-    if a.dim() < 2 or other.dim() < 2:
+    if a.dim() < 2:
         raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
+    if other.dim() < 2:
+        raise RuntimeError(f"{api}: other must have at least 2 dimensions.")
     vs, c = float_input(a, api), float_input(other, api)
     if a.dtype != other.dtype or a.dtype != tau.dtype:
         raise RuntimeError(f"{api}: Expected input and other to have the same dtype, but got "
                            f"{type_name(a.dtype)} and {type_name(other.dtype)}")
+    _check_ormqr_shapes(tuple(a.shape), tuple(tau.shape), tuple(other.shape), left)
     return out(apply_q(vs, _taus(tau), c, other._storage.device, left, transpose), other)
+
+
+def _check_ormqr_shapes(a: tuple, tau: tuple, other: tuple, left: bool) -> None:
+    """ATen's shape checks of ormqr, in its order and with its messages."""
+    api = "torch.ormqr"
+    side = -2 if left else -1  # the axis of ``other`` that Q multiplies
+    if other[side] != a[-2]:
+        raise RuntimeError(f"{api}: other.shape[{side}] must be equal to input.shape[-2]")
+    if not tau:
+        raise IndexError("Dimension specified as -1 but tensor has no dimensions")
+    if tau[-1] != min(other[side], a[-1]):
+        raise RuntimeError(f"{api}: tau.shape[-1] must be equal to min(other.shape[{side}], input.shape[-1])")
+    if len(a) - len(tau) != 1:
+        raise RuntimeError(f"{api}: Expected tau to have one dimension less than input, but got tau.ndim "
+                           f"equal to {len(tau)} and input.ndim is equal to {len(a)}")
+    if len(a) != len(other):
+        raise RuntimeError(f"{api}: Expected other to have the same number of dimensions as input, but got "
+                           f"other.ndim equal to {len(other)} and input.ndim is equal to {len(a)}")
+    for name, batch in (("tau", tau[:-1]), ("other", other[:-2])):
+        if batch != a[:-2]:
+            raise RuntimeError(f"{api}: Expected batch dimensions of {name} to be equal to input.shape[:-2], "
+                               f"but got {list(batch)}")
 
 
 def qr(x: Lz, mode: str, device) -> tuple[Lz | None, Lz]:
