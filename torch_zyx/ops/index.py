@@ -20,12 +20,17 @@ from .reduce import check_dim
 from .registry import aten, dtype_name, operand, register
 
 
+def _wrap_negative(index: Node, n: int) -> Node:
+    """The int64 ``index`` with negative entries counted from the end of an axis of ``n``."""
+    return g.where(g.binary("lt", index, g.const(0, dtypes.int64, index.shape)),
+                   g.binary("add", index, g.const(n, dtypes.int64, index.shape)), index)
+
+
 def _onehot_take(x: Node, dim: int, index: Node) -> Node:
     """``x`` with axis ``dim`` replaced by the entries of 1-D ``index`` (int64, may be negative)."""
     n = x.shape[dim]
     m = index.shape[0]
-    index = g.where(g.binary("lt", index, g.const(0, dtypes.int64, index.shape)),
-                    g.binary("add", index, g.const(n, dtypes.int64, index.shape)), index)
+    index = _wrap_negative(index, n)
     nd = len(x.shape)
     # wide shape: x's shape with dim → m, plus a trailing axis of length n to reduce over.
     wide = x.shape[:dim] + (m,) + x.shape[dim + 1:] + (n,)
@@ -115,8 +120,7 @@ def index_fill(x, dim, index, value):
     n, m = shape[d], index.numel()
     idx = g.reshape(read(index), (m,))
     check_index(idx, -n, n, device, IndexError, out_of_bounds(d, n))
-    idx = g.where(g.binary("lt", idx, g.const(0, dtypes.int64, (m,))),
-                  g.binary("add", idx, g.const(n, dtypes.int64, (m,))), idx)
+    idx = _wrap_negative(idx, n)
     wide = (n, m)
     named = g.binary("eq", g.expand(g.reshape(g.iota((n,)), (n, 1)), wide),
                      g.expand(g.reshape(idx, (1, m)), wide))
@@ -200,8 +204,7 @@ def _gather_node(x: Node, dim: int, index: Node) -> Node:
     nd = len(x.shape)
     wide = index.shape + (n,)
     idx = g.expand(g.reshape(index, index.shape + (1,)), wide)
-    idx = g.where(g.binary("lt", idx, g.const(0, dtypes.int64, wide)),
-                  g.binary("add", idx, g.const(n, dtypes.int64, wide)), idx)
+    idx = _wrap_negative(idx, n)
     bounds = tuple((0, s) if i != dim else (0, n) for i, s in enumerate(index.shape))
     src = g.shrink(x, tuple((0, b[1]) if i != dim else (0, n) for i, b in enumerate(bounds)))
     src = g.permute(g.reshape(src, src.shape + (1,)),
@@ -250,8 +253,7 @@ def scatter_hits(x: Node, dim: int, index: Node, src: Node) -> tuple[Node, Node]
     nd = len(x.shape)
     m = index.shape[dim]
     # wide: x's shape with an extra trailing axis over index positions along dim.
-    idx = g.where(g.binary("lt", index, g.const(0, dtypes.int64, index.shape)),
-                  g.binary("add", index, g.const(n, dtypes.int64, index.shape)), index)
+    idx = _wrap_negative(index, n)
     src = g.shrink(src, tuple((0, s) for s in index.shape))
     pad_to_x = tuple((0, (x.shape[i] - index.shape[i]) if i != dim else 0) for i in range(nd))
     idx = g.pad(g.binary("add", idx, g.const(1, dtypes.int64, idx.shape)), pad_to_x)  # 0 marks "no entry"
@@ -318,14 +320,12 @@ def _scatter(x, dim, index, src, reduce_add):
         s = g.const(src, node.dtype, tuple(index.shape))
     if index.numel() == 0:
         return wrap(node, x._storage.device)
-    d = dim % max(x.dim(), 1)
-    size = x.shape[d] if x.dim() else 1
-    check_index(idx, 0, size, x._storage.device, RuntimeError, out_of_bounds(d, size))
-    scalar = not node.shape
-    if scalar:
+    dim = dim % max(x.dim(), 1)
+    size = x.shape[dim] if x.dim() else 1
+    check_index(idx, 0, size, x._storage.device, RuntimeError, out_of_bounds(dim, size))
+    if not node.shape:
         node, idx = g.reshape(node, (1,)), g.reshape(idx, (1,))
         s = g.reshape(s, (1,))
-    dim = dim % max(x.dim(), 1)
     out = _scatter_node(node, dim, idx, s, reduce_add)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
 
@@ -397,17 +397,16 @@ def _advanced(x, indices):
     for n in sizes:
         total *= n
     node = g.reshape(node, (total,) + tuple(x.shape[d] for d in rest))
+    longs = {d: g.cast(read(indices[d]), dtypes.int64) for d in indexed}
     for d, n in zip(indexed, sizes):
         if d not in from_masks:  # (a mask's positions are in range by construction)
-            check_index(g.cast(read(indices[d]), dtypes.int64), -n, n, x._storage.device, IndexError,
-                        out_of_bounds(d, n))
+            check_index(longs[d], -n, n, x._storage.device, IndexError, out_of_bounds(d, n))
     flat = None
     stride = 1
     for d, n in reversed(list(zip(indexed, sizes))):
-        idx = g.cast(read(indices[d]), dtypes.int64)
+        idx = longs[d]
         idx = g.expand(g.reshape(idx, (1,) * (len(shape) - len(idx.shape)) + idx.shape), shape)
-        idx = g.where(g.binary("lt", idx, g.const(0, dtypes.int64, shape)),
-                      g.binary("add", idx, g.const(n, dtypes.int64, shape)), idx)
+        idx = _wrap_negative(idx, n)
         term = g.binary("mul", idx, g.const(stride, dtypes.int64, shape)) if stride != 1 else idx
         flat = term if flat is None else g.binary("add", flat, term)
         stride *= n
