@@ -220,6 +220,7 @@ class CPUDevice:
         if CONFIG.cpu_team == "openmp":
             team = OpenMPTeam.find()
             if team is not None:
+                team.region_threads = self.threads
                 return team
         if CONFIG.cpu_team in ("native", "openmp") and NativeTeam.supported(self.triple):
             return NativeTeam(self.target_machine, self.threads - 1)
