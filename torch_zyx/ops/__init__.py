@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (registration)
     pooling,
     reduce,
     resample,
+    sampling,
     scan,
     scatter,
     search,
