@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (registration)
     foreach,
     index,
     linalg,
+    linalg_ldl,
     linalg_spectral,
     matmul,
     movement,
