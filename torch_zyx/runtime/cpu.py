@@ -73,6 +73,9 @@ _GRAIN_WORK = 1 << 16
 # A/B against one chunk per worker: matmul 256x512x512 0.89 -> 0.66 ms, MLP Adam step 10.4 ->
 # 9.2 ms (layer norm unchanged). Not on 2 cores: there a launch of two chunks (an attention's
 # ``probs @ v``, two column blocks) needs both threads (transformer step 257 -> 271 ms).
+# (The OpenMP team's regions always have all the device's threads since session 15, and any
+# of them takes chunks: there the workers only decide whether the launcher takes chunks too.
+# The A/B above was measured with regions of the workers' size.)
 _MIN_CHUNKS_PER_WORKER = 2
 _SMALL_TEAM = 4
 # Launches of at least this much work return once their region has started (cpu_team.py
