@@ -470,6 +470,53 @@ def test_openmp_launcher_idles_on_large_teams(monkeypatch):
         assert torch.equal(_buffer_contents(ctx, buffer), x * 3)
 
 
+@pytest.mark.parametrize("detach", [False, True])
+def test_openmp_regions_take_every_thread_of_the_device(detach, monkeypatch):
+    # Every region has the device's threads, also for a launch with fewer chunks than threads:
+    # a region of fewer parks the others, and the next region waits for them to wake (the
+    # 16-core host's small matmuls: a pack on 2 threads, then the matmul on 8). The threads
+    # that find no chunk leave the results as they are.
+    import types
+
+    from torch_zyx.runtime import cpu, cpu_team
+
+    ctx = _openmp_device(monkeypatch)
+    team = ctx.runtime.team
+    monkeypatch.setattr(team, "region_threads", 4)
+    monkeypatch.setattr(ctx.runtime, "threads", 4)
+    if not detach:
+        monkeypatch.setattr(cpu, "_DETACH_WORK", 1 << 62)
+    calls, asked = cpu_team.CALLS, []
+
+    def region(name):
+        def call(function, entry, task, threads):
+            asked.append(threads)
+            return getattr(calls, name)(function, entry, task, threads)
+        return call
+
+    recording = types.SimpleNamespace(**{name: getattr(calls, name) for name in dir(calls)
+                                         if not name.startswith("__")})
+    recording.omp_parallel, recording.omp_start = region("omp_parallel"), region("omp_start")
+    monkeypatch.setattr(cpu_team, "CALLS", recording)
+    device = torch.device("zyx", ctx.index)
+    rows = torch.randn(3, 1 << 16)
+    x = torch.randn(1 << 20)
+    assert_close(rows.to(device).exp().sum(-1), rows.exp().sum(-1), rtol=1e-4, atol=1e-2)  # 3 chunks
+    assert_close((x.to(device) * 3 + 1).relu(), (x * 3 + 1).relu())
+    ctx.settle()
+    assert asked and set(asked) == {4}, asked
+
+
+def test_cpu_runtime_gives_its_openmp_team_its_thread_count():
+    from torch_zyx.runtime import cpu_team
+
+    runtime = _cpu_context().runtime
+    team = runtime._new_team()
+    if not isinstance(team, cpu_team.OpenMPTeam):
+        pytest.skip(f"the CPU runtime runs on the {team.name} here")
+    assert team.region_threads == runtime.threads
+
+
 _ONE_THREAD_REGION_SCRIPT = """
 import torch
 import torch.nn.functional as F
