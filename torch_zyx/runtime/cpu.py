@@ -221,9 +221,8 @@ class CPUDevice:
 
     def _new_team(self):
         if CONFIG.cpu_team == "openmp":
-            team = OpenMPTeam.find()
+            team = OpenMPTeam.find(region_threads=self.threads)
             if team is not None:
-                team.region_threads = self.threads
                 return team
         if CONFIG.cpu_team in ("native", "openmp") and NativeTeam.supported(self.triple):
             return NativeTeam(self.target_machine, self.threads - 1)

@@ -268,7 +268,7 @@ class OpenMPTeam:
     name = "OpenMP team"
 
     def __init__(self, parallel: int, start: int | None = None, end: int | None = None,
-                 team_size: int | None = None):
+                 team_size: int | None = None, region_threads: int = 0):
         # The runtime's functions, by address (cpu_calls.py calls them).
         self._parallel = parallel
         self._start, self._end = start, end
@@ -283,11 +283,12 @@ class OpenMPTeam:
         # of all 16, same code otherwise: linear 256x512x512 (a pack, then the matmul) 0.35-
         # 0.37 -> 0.27-0.34 ms per call, an MLP Adam step 8.6-9.5 -> 5.3-6.3 ms. A launch
         # with fewer chunks than threads leaves the others nothing to take (they end at once).
-        self.region_threads = 0
+        self.region_threads = region_threads
 
     @classmethod
-    def find(cls) -> OpenMPTeam | None:
-        """The team of an OpenMP runtime loaded in this process, if there is one (Linux)."""
+    def find(cls, region_threads: int = 0) -> OpenMPTeam | None:
+        """The team of an OpenMP runtime loaded in this process, if there is one (Linux), its
+        regions of ``region_threads`` threads (0: each launch's own)."""
         try:
             with open("/proc/self/maps") as maps:
                 paths = {line.split()[-1] for line in maps if _OPENMP_LIBRARY.search(line.rstrip())}
@@ -304,8 +305,8 @@ class OpenMPTeam:
             start = _address(library, "GOMP_parallel_start")
             end = _address(library, "GOMP_parallel_end")
             if start is None or end is None:
-                return cls(parallel)
-            return cls(parallel, start, end, _address(library, "omp_get_num_threads"))
+                return cls(parallel, region_threads=region_threads)
+            return cls(parallel, start, end, _address(library, "omp_get_num_threads"), region_threads)
         return None
 
     def reset(self) -> None:
