@@ -213,6 +213,22 @@ def _ast_text(node: Node, depth: int = 0) -> str:
     return f"{node.op}[{node.arg}]({inner})" if node.arg is not None else f"{node.op}({inner})"
 
 
+def _launch_debugged(program, loop, args: list, params: list, wait: list, debug: int):
+    """``program.launch`` with what ``ZYX_DEBUG`` asks to show about it (launches, perf)."""
+    perf = debug & DEBUG_PERF
+    start = time.perf_counter() if perf else 0.0
+    event = program.launch(args, params, loop.global_size, loop.work, wait)
+    if debug & DEBUG_LAUNCHES:
+        print(f"zyx launch {program.name} global={loop.global_size} buffers={[b.id for b in args]}")
+    if perf:
+        event.wait()
+        elapsed = time.perf_counter() - start
+        print(f"zyx perf {program.name}: {elapsed * 1e6:9.1f} us  "
+              f"{loop.flops / elapsed / 1e9:8.2f} GFLOP/s "
+              f"{loop.bytes / elapsed / 1e9:8.2f} GB/s")
+    return event
+
+
 def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
     """Buffers holding the values of ``roots`` (flat nodes), computing what is needed."""
     for root in roots:
@@ -234,28 +250,23 @@ def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
         bump("schedule_cache_hits")
     # This realization's buffers, in the order the plan's indices expect (see Plan).
     buffers = sig.buffers + [Buffer(device, dtype, numel) for dtype, numel in plan.temps]
-    bump("bytes_allocated", plan.temp_bytes)
+    if plan.temp_bytes:
+        bump("bytes_allocated", plan.temp_bytes)
     for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values):
         buffers.append(device.constant(dtype, values))
     events = device.events
     debug = CONFIG.debug
-    perf = debug & DEBUG_PERF
     random_args = sig.random_args
     for program, loop, slots, tracked, params in plan.launches:
-        args = [buffers[i] for i in slots]
         ids = [buffers[i].id for i in tracked]
         wait = events.take(ids)
-        start = time.perf_counter() if perf else 0.0
-        event = program.launch(args, [random_args[p] for p in params] if params else [],
-                               loop.global_size, loop.work, wait)
+        if debug:
+            event = _launch_debugged(program, loop, [buffers[i] for i in slots],
+                                     [random_args[p] for p in params] if params else [], wait, debug)
+        else:
+            event = program.launch([buffers[i] for i in slots],
+                                   [random_args[p] for p in params] if params else [],
+                                   loop.global_size, loop.work, wait)
         events.record(ids, event)
-        bump("kernels_launched")
-        if debug & DEBUG_LAUNCHES:
-            print(f"zyx launch {program.name} global={loop.global_size} buffers={[b.id for b in args]}")
-        if perf:
-            event.wait()
-            elapsed = time.perf_counter() - start
-            print(f"zyx perf {program.name}: {elapsed * 1e6:9.1f} us  "
-                  f"{loop.flops / elapsed / 1e9:8.2f} GFLOP/s "
-                  f"{loop.bytes / elapsed / 1e9:8.2f} GB/s")
+    bump("kernels_launched", len(plan.launches))
     return [buffers[i] for i in plan.root_slots]

@@ -121,6 +121,8 @@ class EventTable:
         return out
 
     def take_all(self) -> list[Event]:
+        if not self._events:
+            return []
         with self._lock:
             self._prune()
             return list(self._events.values())

@@ -314,8 +314,10 @@ class OpenMPTeam:
 
     def launch(self, entry: int, task, threads: int, wait_events: list[Event], keepalive,
                detach: bool = False) -> Event:
-        wait_all(wait_events)
-        self.settle()
+        if wait_events:
+            wait_all(wait_events)
+        if self._open:
+            self.settle()
         region_threads = max(threads, self.region_threads)
         if self._start is None or not detach:
             CALLS.omp_parallel(self._parallel, entry, task, region_threads)
