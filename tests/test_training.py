@@ -152,6 +152,65 @@ def test_steady_state_training_loop(counters):
 
 
 
+# The foreach forms an optimizer step uses, on lists of tensors of several shapes: those the
+# fast path builds nodes for (foreach.py), and forms it hands to the general path (a view that
+# is not its whole storage, float16, a bool scalar, a tensor of scalars).
+FOREACH_CASES = {
+    "add_.Scalar": lambda t, u, v: torch._foreach_add_(t, 0.3),
+    "add_.List alpha": lambda t, u, v: torch._foreach_add_(t, u, alpha=-0.7),
+    "sub_.ScalarList": lambda t, u, v: torch._foreach_sub_(t, [0.1, 2, -3.5]),
+    "mul_.Scalar": lambda t, u, v: torch._foreach_mul_(t, 0.9),
+    "mul_.List": lambda t, u, v: torch._foreach_mul_(t, u),
+    "div_.ScalarList": lambda t, u, v: torch._foreach_div_(t, [0.9, 0.81, 3]),
+    "div_.List": lambda t, u, v: torch._foreach_div_(t, v),
+    "lerp_.Scalar small weight": lambda t, u, v: torch._foreach_lerp_(t, u, 0.1),
+    "lerp_.Scalar large weight": lambda t, u, v: torch._foreach_lerp_(t, u, 0.7),
+    "addcmul_.Scalar": lambda t, u, v: torch._foreach_addcmul_(t, u, v, 0.001),
+    "addcdiv_.ScalarList": lambda t, u, v: torch._foreach_addcdiv_(t, u, v, [-0.1, 0.2, 1]),
+    "sqrt_": lambda t, u, v: torch._foreach_sqrt_(v),
+    "sqrt": lambda t, u, v: torch._foreach_sqrt(v),
+    "mul_.Scalar bool": lambda t, u, v: torch._foreach_mul_(t, True),
+    "addcdiv_.Tensor": lambda t, u, v: torch._foreach_addcdiv_(t, u, v, torch.tensor([0.5, -1.0, 2.0])),
+}
+
+
+# Cases the general path takes whatever the layout.
+FOREACH_GENERAL = {"mul_.Scalar bool", "addcdiv_.Tensor"}
+
+
+@pytest.mark.parametrize("layout", ["whole", "views", "float16"])
+@pytest.mark.parametrize("name", list(FOREACH_CASES))
+def test_foreach_ops_match_cpu(name, layout, monkeypatch):
+    from torch_zyx.ops import foreach
+
+    per_element = []  # the general path's per-tensor calls
+    element = foreach._element
+    monkeypatch.setattr(foreach, "_element", lambda *args: per_element.append(1) or element(*args))
+    torch.manual_seed(0)
+    shapes = [(3, 4), (5,), (2, 3, 2)]
+    dtype = torch.float16 if layout == "float16" else torch.float32
+    lists = [[torch.randn(s, dtype=dtype) for s in shapes] for _ in range(2)]
+    lists.append([torch.rand(s, dtype=dtype) + 0.5 for s in shapes])
+    if layout == "views":  # each tensor the first half of a larger storage
+        lists = [[torch.cat([t, t]).narrow(0, 0, t.shape[0]) for t in ts] for ts in lists]
+    zyx_lists = [[t.to("zyx") for t in ts] for ts in lists]
+    if layout == "views":
+        zyx_lists = [[torch.cat([t, t]).narrow(0, 0, t.shape[0]) for t in ts] for ts in zyx_lists]
+    out_cpu = FOREACH_CASES[name](*lists)
+    out_zyx = FOREACH_CASES[name](*zyx_lists)
+    tol = {"rtol": 2e-3, "atol": 2e-3} if dtype == torch.float16 else {"rtol": 1e-6, "atol": 1e-6}
+    for ts_zyx, ts_cpu in zip(zyx_lists, lists):
+        for tz, tc in zip(ts_zyx, ts_cpu):
+            assert_close(tz, tc, **tol)
+    fast = layout == "whole" and name not in FOREACH_GENERAL
+    assert (not per_element) == fast
+    if out_cpu is not None:
+        assert len(out_zyx) == len(out_cpu)
+        for tz, tc in zip(out_zyx, out_cpu):
+            assert tz.device.type == "zyx" and tz.dtype == tc.dtype
+            assert_close(tz, tc, **tol)
+
+
 @pytest.mark.parametrize("name", ["sgd_momentum", "adamw_foreach", "adamw_single"])
 def test_lr_scheduler_reuses_kernels(name, counters):
     """A learning rate that changes every step is a scalar parameter, not part of the schedule

@@ -33,7 +33,7 @@ _scalars = g._scalars  # graph.const's memo of scalar constants, looked up inlin
 _binary_node = g.binary_node
 
 
-def _whole(x) -> Node | None:
+def whole_node(x) -> Node | None:
     """``x``'s node when ``x`` is a zyx tensor, not 0-d, that is its whole storage (dense, and
     as many elements: a fresh result, or a realized tensor), else None."""
     if x.__class__ is ZyxTensor:
@@ -63,17 +63,17 @@ def _fast_binary(name: str, kind, slow, inplace: bool):
         alpha = kwargs.pop("alpha", 1) if kwargs else 1  # (add, sub, rsub: y scaled by alpha)
         if rest or kwargs:
             return fallback(x, y, rest, {"alpha": alpha, **kwargs} if alpha != 1 else kwargs)
-        # _whole(x), its commonest case (an op's fresh result) inline: a call less per op
+        # whole_node(x), its commonest case (an op's fresh result) inline: a call less per op
         xn = x._storage._shaped if x.__class__ is ZyxTensor else None
         meta = x._zmeta if xn is not None else None
         if meta is None or not meta[3] or xn.shape != meta[0] or not meta[0]:
-            xn = _whole(x)
+            xn = whole_node(x)
             if xn is None:
                 return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
         dtype, shape = xn.dtype, xn.shape
         yc = y.__class__
         if yc is ZyxTensor:
-            yn = _whole(y)
+            yn = whole_node(y)
             if yn is None or yn.shape != shape or yn.dtype is not dtype:
                 return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
         elif yc is float or yc is int or yc is bool:
@@ -138,7 +138,7 @@ def _fast_binary(name: str, kind, slow, inplace: bool):
             return general(x, y)
         dtype = xn.dtype
         if yc is ZyxTensor:  # (checked before the plan: plans of tensors are for ones of x's dtype)
-            yn = _whole(y)
+            yn = whole_node(y)
             if yn is None or yn.shape != xn.shape or yn.dtype is not dtype:
                 return general(x, y)
         plan = by_dtype.get(dtype)
@@ -174,7 +174,7 @@ def _fast_unary(fn, kind, slow, inplace: bool):
     plans: dict[object, object] = {}  # x's zyx dtype → fast_plan
 
     def lowering(x, *rest, **kwargs):
-        xn = _whole(x)
+        xn = whole_node(x)
         if xn is not None and not rest and not kwargs:
             dtype = xn.dtype
             plan = plans.get(dtype)

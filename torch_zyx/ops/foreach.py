@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from ..tensor import ZyxTensor, from_cpu, meta, read, wrap, write
-from .elementwise import addc_by_tensor
+from .. import dtypes
+from ..lazy import graph as g
+from ..tensor import ZYX_TO_TORCH, ZyxTensor, assign_whole, from_cpu, meta, read, wrap, wrap_like, write
+from .elementwise import _is_small_weight, addc_by_tensor
+from .fastpath import whole_node
 from .registry import LOWERINGS, aten, dtype_name, register
 
 # Per-tensor op for a foreach base name, when it is not simply ``aten.<name>``; scalar forms of
@@ -108,6 +111,97 @@ def _element(base: str, args: list, kwargs: dict, scalar_list: bool):
     return _call(op, args, kwargs)
 
 
+# ------------------------------------------------------------------------- the fast path
+# An optimizer step's foreach ops on float32/float64 tensors that are each their whole storage
+# (parameters, gradients, optimizer state, fresh results), the lists of one shape per element
+# and one dtype, with Python numbers for scalars: each element's nodes are built here and the
+# result assigned to the tensor's storage, without a 0-d tensor per scalar, an aten op per
+# element and a result tensor written back (Adam's step on an MLP: ~24-63 us per tensor ->
+# a few us on the 2-core box). Scalars are constants of the tensors' dtype, as the per-tensor
+# ops with a Python scalar make them; a scalar list's values change every step (Adam's bias
+# corrections), and constants that are not one of the few inlined values (kernelize.py
+# INLINE_FLOATS) are parameters of the schedule, so the graph's key stays the same. Anything
+# else takes the general path below.
+
+_FAST_DTYPES = (dtypes.float32, dtypes.float64)
+
+
+def _lerp_node(x, end, weight, dtype):
+    # PyTorch's formula with a scalar weight, whose side is decided once (elementwise.lerp).
+    diff = g.binary("sub", end, x)
+    w = g.const(weight, dtype, x.shape)
+    if _is_small_weight(weight, ZYX_TO_TORCH[dtype]):
+        return g.binary("add", x, g.binary("mul", w, diff))
+    one_minus = g.binary("sub", g.const(1.0, dtype, x.shape), w)
+    return g.binary("sub", end, g.binary("mul", diff, one_minus))
+
+
+# foreach base name → (x node, nodes of the other list arguments, scalar, dtype) → result node.
+_FAST_NODES = {
+    "add": lambda x, others, s, dt: g.binary("add", x, others[0] if others else g.const(s, dt, x.shape)),
+    "sub": lambda x, others, s, dt: g.binary("sub", x, others[0] if others else g.const(s, dt, x.shape)),
+    "mul": lambda x, others, s, dt: g.binary("mul", x, others[0] if others else g.const(s, dt, x.shape)),
+    "div": lambda x, others, s, dt: g.binary("div", x, others[0] if others else g.const(s, dt, x.shape)),
+    "lerp": lambda x, others, s, dt: _lerp_node(x, others[0], s, dt),
+    "addcmul": lambda x, others, s, dt: g.binary(
+        "add", x, g.binary("mul", g.binary("mul", others[0], others[1]), g.const(s, dt, x.shape))),
+    "addcdiv": lambda x, others, s, dt: g.binary(
+        "add", x, g.binary("mul", g.binary("div", others[0], others[1]), g.const(s, dt, x.shape))),
+    "sqrt": lambda x, others, s, dt: g.unary("sqrt", x),
+}
+_NUMBERS = (float, int)
+
+
+def _fast(base: str, inplace: bool, bound: dict, lists: list[str], scalar_name, count: int):
+    """The op's results by the fast path (in-place forms: None when done), or ``_DECLINED``."""
+    selfs = bound[lists[0]]
+    others = [bound[name] for name in lists[1:]]
+    if scalar_name is not None:
+        scalars = bound[scalar_name]
+        if scalars.__class__ is not list and scalars.__class__ is not tuple:
+            return _DECLINED  # (a tensor of scalars: the general path)
+    else:
+        scalars = None
+    # The one scalar of the Scalar forms (alpha of add/sub.List scales the other operand).
+    scalar = bound.get("scalar", bound.get("value", bound.get("weight", 1)))
+    alpha = bound.get("alpha", 1)
+    if scalar.__class__ not in _NUMBERS or alpha.__class__ not in _NUMBERS:
+        return _DECLINED
+    if alpha != 1 and base not in ("add", "sub"):
+        return _DECLINED
+    nodes = []
+    for i in range(count):
+        x = whole_node(selfs[i])
+        if x is None:
+            return _DECLINED
+        dtype = x.dtype
+        if dtype not in _FAST_DTYPES:
+            return _DECLINED
+        operands = []
+        for tensors in others:
+            y = whole_node(tensors[i])
+            if y is None or y.dtype is not dtype or y.shape != x.shape:
+                return _DECLINED
+            operands.append(y)
+        if scalars is not None:
+            value = scalars[i]
+            if value.__class__ not in _NUMBERS:
+                return _DECLINED
+        else:
+            value = scalar
+        if alpha != 1:
+            operands[0] = g.binary("mul", operands[0], g.const(alpha, dtype, x.shape))
+        nodes.append(_FAST_NODES[base](x, operands, value, dtype))
+    if not inplace:
+        return [wrap_like(node, t) for node, t in zip(nodes, selfs)]
+    for t, node in zip(selfs, nodes):
+        assign_whole(t, node)
+    return None
+
+
+_DECLINED = object()
+
+
 def _make_lowering(func):
     schema = func._schema
     name = schema.name.split("::")[-1][len("_foreach_"):]
@@ -123,6 +217,12 @@ def _make_lowering(func):
     # How each argument is passed per tensor: value/alpha are positional in foreach schemas but
     # keyword-only per tensor.
     keyword = {a.name: a.kwarg_only or a.name in ("value", "alpha") for a in arguments}
+    # The fast path takes this op: its base has a node builder, and its arguments are the
+    # lists, at most one scalar list and the scalars the builder reads.
+    plain = {"self", "scalar", "scalars", "value", "weight", "alpha", *lists}
+    fast = (base in _FAST_NODES and set(names) <= plain and (inplace or base == "sqrt")
+            and len(lists) == 1 + {"lerp": 1, "addcmul": 2, "addcdiv": 2}.get(base, "other" in names)
+            and not (base == "lerp" and scalar_name is not None) and "weight" not in lists)
 
     def lowering(*args, **kwargs):
         bound = dict(zip(names, args))
@@ -133,6 +233,10 @@ def _make_lowering(func):
         first = next((t for a in lists for t in bound[a] if isinstance(t, ZyxTensor)), None)
         if first is None:
             raise NotImplementedError("foreach on no zyx tensor")
+        if fast:
+            done = _fast(base, inplace, bound, lists, scalar_name, count)
+            if done is not _DECLINED:
+                return done
         scalars = None
         if scalar_name is not None:
             values = bound[scalar_name]
