@@ -7,9 +7,11 @@ op's schema: ``Tensor[]`` arguments are zipped, everything else is shared, and t
 aten op (``_foreach_add_.List`` → ``aten.add``) computes each element; in-place forms write
 the result into ``self[i]`` (tensor.write).
 
-Scalar lists (Adam's bias corrections change every step) are uploaded as one small buffer and
-read as 0-dim tensors rather than baked in as constants, so the graph keeps the same structure
-from step to step and the schedule cache hits.
+An optimizer step's commonest forms (dense float tensors, Python numbers as scalars) take a
+fast path that builds each element's nodes directly (below, "the fast path"); its scalar lists
+(Adam's bias corrections change every step) become constants, which the schedule keys as
+parameters, so the graph keeps its key from step to step. The general path uploads a scalar
+list as one small buffer and reads it as 0-dim tensors.
 
 Recording cost: an optimizer step records a few ops per parameter, so the per-element ops call
 their lowerings directly (the overload resolved once per signature) instead of going through
