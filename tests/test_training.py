@@ -169,6 +169,8 @@ FOREACH_CASES = {
     "addcdiv_.ScalarList": lambda t, u, v: torch._foreach_addcdiv_(t, u, v, [-0.1, 0.2, 1]),
     "sqrt_": lambda t, u, v: torch._foreach_sqrt_(v),
     "sqrt": lambda t, u, v: torch._foreach_sqrt(v),
+    "mul_.Tensor": lambda t, u, v: torch._foreach_mul_(t, u[0].new_tensor(0.25)),
+    "add_.Tensor alpha": lambda t, u, v: torch._foreach_add_(t, u[0].new_tensor(1.5), alpha=2),
     "mul_.Scalar bool": lambda t, u, v: torch._foreach_mul_(t, True),
     "addcdiv_.Tensor": lambda t, u, v: torch._foreach_addcdiv_(t, u, v, torch.tensor([0.5, -1.0, 2.0])),
 }

@@ -154,10 +154,19 @@ _FAST_NODES = {
 _NUMBERS = (float, int)
 
 
-def _fast(base: str, inplace: bool, bound: dict, lists: list[str], scalar_name, count: int):
-    """The op's results by the fast path (in-place forms: None when done), or ``_DECLINED``."""
+def _fast(base: str, inplace: bool, bound: dict, lists: list[str], scalar_name, count: int,
+          tensor_other: bool):
+    """The op's results by the fast path (in-place forms: None when done), or ``_DECLINED``.
+    ``tensor_other``: the op's ``other`` is one 0-d tensor for every element (the ``.Tensor``
+    forms: clip_grad_norm_ scales every gradient by one)."""
     selfs = bound[lists[0]]
     others = [bound[name] for name in lists[1:]]
+    single = None
+    if tensor_other:
+        other = bound["other"]
+        if other.__class__ is not ZyxTensor or (other._zmeta or meta(other))[0] != ():
+            return _DECLINED
+        single = read(other)
     if scalar_name is not None:
         scalars = bound[scalar_name]
         if scalars.__class__ is not list and scalars.__class__ is not tuple:
@@ -185,6 +194,10 @@ def _fast(base: str, inplace: bool, bound: dict, lists: list[str], scalar_name, 
             if y is None or y.dtype is not dtype or y.shape != x.shape:
                 return _DECLINED
             operands.append(y)
+        if single is not None:
+            if single.dtype is not dtype:
+                return _DECLINED
+            operands.append(g.expand(g.reshape(single, (1,) * len(x.shape)), x.shape))
         if scalars is not None:
             value = scalars[i]
             if value.__class__ not in _NUMBERS:
@@ -221,9 +234,11 @@ def _make_lowering(func):
     keyword = {a.name: a.kwarg_only or a.name in ("value", "alpha") for a in arguments}
     # The fast path takes this op: its base has a node builder, and its arguments are the
     # lists, at most one scalar list and the scalars the builder reads.
-    plain = {"self", "scalar", "scalars", "value", "weight", "alpha", *lists}
+    tensor_other = "other" in names and "other" not in lists
+    plain = {"self", "scalar", "scalars", "value", "weight", "alpha", "other", *lists}
     fast = (base in _FAST_NODES and set(names) <= plain and (inplace or base == "sqrt")
-            and len(lists) == 1 + {"lerp": 1, "addcmul": 2, "addcdiv": 2}.get(base, "other" in names)
+            and len(lists) + tensor_other == 1 + {"lerp": 1, "addcmul": 2, "addcdiv": 2}.get(
+                base, "other" in names)
             and not (base == "lerp" and scalar_name is not None) and "weight" not in lists)
 
     def lowering(*args, **kwargs):
@@ -236,7 +251,7 @@ def _make_lowering(func):
         if first is None:
             raise NotImplementedError("foreach on no zyx tensor")
         if fast:
-            done = _fast(base, inplace, bound, lists, scalar_name, count)
+            done = _fast(base, inplace, bound, lists, scalar_name, count, tensor_other)
             if done is not _DECLINED:
                 return done
         scalars = None
