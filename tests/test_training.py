@@ -409,3 +409,109 @@ def test_transformer_encoder_layer_adam_matches_cpu(use_mask, monkeypatch):
         if name == "self_attn.in_proj_bias":
             pz, pc = torch.cat([pz[:d], pz[2 * d:]]), torch.cat([pc[:d], pc[2 * d:]])
         assert_close(pz, pc, rtol=1e-4, atol=1e-4)
+
+
+# The training path's direct lowerings (each replaces a PyTorch decomposition of many dispatched
+# ops): layer norm's backward, select/slice backward, the 2-norm clip_grad_norm_ takes of every
+# gradient, and the safe softmax of masked attention. Each is checked against CPU torch and for
+# not going through the decomposition (dispatch's unlowered path).
+
+
+def _unlowered_calls(monkeypatch) -> list:
+    from torch_zyx import dispatch
+
+    calls = []
+    unlowered = dispatch._dispatch_unlowered
+    monkeypatch.setattr(dispatch, "_dispatch_unlowered",
+                        lambda func, args, kwargs: calls.append(str(func)) or unlowered(func, args, kwargs))
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("shape, normalized, affine", [
+    ((4, 6, 8), [8], (True, True)), ((4, 6, 8), [6, 8], (True, False)), ((4, 6, 8), [8], (False, False)),
+    ((8,), [8], (True, True)), ((3, 5), [5], (False, True))])
+def test_layer_norm_backward_matches_cpu(shape, normalized, affine, dtype, monkeypatch):
+    aten = torch.ops.aten
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=dtype) * 2 + 1
+    w = torch.randn(normalized, dtype=dtype) if affine[0] else None
+    b = torch.randn(normalized, dtype=dtype) if affine[1] else None
+    grad = torch.randn(shape, dtype=dtype)
+    _, mean, rstd = aten.native_layer_norm(x, normalized, w, b, 1e-5)
+    calls = _unlowered_calls(monkeypatch)
+    for mask in ([True, affine[0], affine[1]], [True, False, False], [False, affine[0], affine[1]]):
+        expected = aten.native_layer_norm_backward(grad, x, normalized, mean, rstd, w, b, mask)
+        on_zyx = [None if t is None else t.to("zyx") for t in (grad, x, mean, rstd, w, b)]
+        got = aten.native_layer_norm_backward(*on_zyx[:2], normalized, *on_zyx[2:], mask)
+        for g, e in zip(got, expected):
+            assert (g is None) == (e is None)
+            if e is not None:
+                assert g.device.type == "zyx" and g.dtype == e.dtype and g.shape == e.shape
+                tol = 1e-2 if dtype == torch.float16 else 1e-5
+                assert_close(g, e, rtol=tol, atol=tol)
+    assert "aten.native_layer_norm_backward.default" not in calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_select_and_slice_backward_match_cpu(dtype, monkeypatch):
+    aten = torch.ops.aten
+    x = (torch.randn(4, 5, 6) * 5).to(dtype)
+    calls = _unlowered_calls(monkeypatch)
+    for dim in (0, 1, -1):
+        rest = [s for d, s in enumerate(x.shape) if d != dim % 3]
+        for index in (0, 2, -1):
+            grad = (torch.randn(rest) * 5).to(dtype)
+            expected = aten.select_backward(grad, list(x.shape), dim, index)
+            assert torch.equal(aten.select_backward(grad.to("zyx"), list(x.shape), dim, index).cpu(), expected)
+        size = x.shape[dim]
+        for start, end, step in ((0, 3, 1), (1, 4, 1), (-3, 2 ** 63 - 1, 1), (2, 2, 1), (0, 100, 2)):
+            length = len(range(*slice(start, end, step).indices(size)))
+            shape = list(x.shape)
+            shape[dim] = length
+            grad = (torch.randn(shape) * 5).to(dtype)
+            expected = aten.slice_backward(grad, list(x.shape), dim, start, end, step)
+            got = aten.slice_backward(grad.to("zyx"), list(x.shape), dim, start, end, step)
+            assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
+    assert "aten.select_backward.default" not in calls
+    assert calls.count("aten.slice_backward.default") == 3  # the step-2 slices only
+    # Through autograd: a column and a row block of a leaf.
+    a = torch.randn(3, 4, requires_grad=True)
+    az = a.detach().to("zyx").requires_grad_()
+    for index in (lambda t: t[:, 1] * 2, lambda t: t[1:3] ** 2):
+        a.grad = az.grad = None
+        index(a).sum().backward()
+        index(az).sum().backward()
+        assert_close(az.grad, a.grad)
+
+
+def test_vector_norm_and_safe_softmax_match_cpu(monkeypatch):
+    calls = _unlowered_calls(monkeypatch)
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = torch.randn(5, 6, 7, dtype=dtype)
+        tol = {"rtol": 1e-2, "atol": 1e-2} if dtype.itemsize == 2 else {"rtol": 1e-5, "atol": 1e-5}
+        for kwargs in ({}, {"dim": 1}, {"dim": (0, 2), "keepdim": True}, {"ord": 2.0, "dim": -1}):
+            got = torch.linalg.vector_norm(x.to("zyx"), **kwargs)
+            expected = torch.linalg.vector_norm(x, **kwargs)
+            assert got.dtype == expected.dtype
+            assert_close(got, expected, **tol)
+    assert not calls  # every one of those lowered directly
+    # Other orders and size-1 reductions (|x| exactly, where squares underflow): the decomposition.
+    tiny = torch.tensor([[1e-30], [3e-25]])
+    assert_close(torch.linalg.vector_norm(tiny.to("zyx"), dim=1), torch.linalg.vector_norm(tiny, dim=1))
+    x = torch.randn(5, 6)
+    for order in (1, float("inf"), 0):
+        assert_close(torch.linalg.vector_norm(x.to("zyx"), order), torch.linalg.vector_norm(x, order))
+    calls.clear()
+    for dtype in (torch.float32, torch.float16):
+        s = torch.randn(2, 3, 5, dtype=dtype)
+        s[0, 1] = float("-inf")
+        s[1, 2, :3] = float("-inf")
+        for dim in (-1, 1):
+            for out_dtype in (None, torch.float32):
+                got = torch.ops.aten._safe_softmax(s.to("zyx"), dim, out_dtype)
+                expected = torch.ops.aten._safe_softmax(s, dim, out_dtype)
+                assert got.dtype == expected.dtype
+                assert_close(got, expected, rtol=1e-3, atol=1e-3)
+    assert not calls
