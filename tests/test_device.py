@@ -42,6 +42,35 @@ def test_factory_and_scalars():
     assert array.shape == (2, 2) and array[1, 1] == pytest.approx(-3.25)
 
 
+# *_like and new_* factories on a zyx tensor: dtype, strides, device (a ``device`` argument
+# naming the CPU puts the result there) and values as CPU torch gives them.
+LIKE_FACTORIES = {
+    "new_zeros": (lambda t: t.new_zeros((2, 3)), "zyx"),
+    "new_ones int64": (lambda t: t.new_ones(2, dtype=torch.int64), "zyx"),
+    "new_full": (lambda t: t.new_full((2,), 7.5), "zyx"),
+    "new_full 0-d bool": (lambda t: t.new_full((), True), "zyx"),
+    "new_ones empty": (lambda t: t.new_ones((0, 2)), "zyx"),
+    "new_zeros on cpu": (lambda t: t.new_zeros((2, 3), device="cpu"), "cpu"),
+    "zeros_like": (lambda t: torch.zeros_like(t), "zyx"),
+    "ones_like float64": (lambda t: torch.ones_like(t, dtype=torch.float64), "zyx"),
+    "zeros_like channels_last": (lambda t: torch.zeros_like(t, memory_format=torch.channels_last), "zyx"),
+    "ones_like of a view": (lambda t: torch.ones_like(t[:, :2].transpose(1, 2)), "zyx"),
+    "ones_like on cpu": (lambda t: torch.ones_like(t, device="cpu"), "cpu"),
+    "full_like on cpu": (lambda t: torch.full_like(t, 3, device="cpu"), "cpu"),
+    "zeros_like of a view on cpu": (lambda t: torch.zeros_like(t.transpose(1, 3), device="cpu"), "cpu"),
+}
+
+
+@pytest.mark.parametrize("name", list(LIKE_FACTORIES))
+def test_like_and_new_factories_match_cpu(name):
+    make, device = LIKE_FACTORIES[name]
+    x = torch.randn(2, 3, 4, 5)
+    expected, got = make(x), make(x.to("zyx"))
+    assert got.device.type == device
+    assert (got.dtype, got.shape, got.stride()) == (expected.dtype, expected.shape, expected.stride())
+    assert torch.equal(got.cpu(), expected)
+
+
 def test_model_to_zyx():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))

@@ -55,15 +55,23 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
 _KEEPS_CONTIGUOUS = (None, torch.preserve_format, torch.contiguous_format)
 
 
+def _elsewhere(device) -> bool:
+    """Whether a factory's ``device`` argument names a device other than zyx."""
+    return device is not None and torch.device(device).type != "zyx"
+
+
 @register(aten.empty_like.default)
 def empty_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    elsewhere = _elsewhere(device)
     index = device.index if isinstance(device, torch.device) and device.type == "zyx" else x.device.index
     shape, strides, _, _ = meta_of(x)
-    if strides == g.contiguous_strides(shape) and memory_format in _KEEPS_CONTIGUOUS:
+    if not elsewhere and strides == g.contiguous_strides(shape) and memory_format in _KEEPS_CONTIGUOUS:
         # A contiguous input stays contiguous (the common case, without the meta round trip).
         return empty_storage(shape, strides, dtype or x.dtype, index)
     meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     meta = torch.empty_like(meta, dtype=dtype, memory_format=memory_format or torch.preserve_format)
+    if elsewhere:  # (``torch.ones_like(x, device="cpu")``: the result is on that device)
+        return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=device)
     return empty_storage(meta.shape, meta.stride(), meta.dtype, index)
 
 
@@ -417,7 +425,41 @@ def set_empty_(x):
 @register(aten.full_like.default)
 def full_like(x, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     out = empty_like(x, dtype=dtype, device=device, memory_format=memory_format)
+    if out.__class__ is not ZyxTensor:  # on another device
+        return out.fill_(fill_value)
     return fill_(out, fill_value)
+
+
+# ones_like/zeros_like and new_zeros/new_ones/new_full: what PyTorch's references decompose
+# them into, without the trip through the dispatcher (autograd seeds every backward with a
+# ones_like; ~20 -> ~10 us of recording). new_* results on another device: the references.
+@register(aten.ones_like.default)
+def ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return full_like(x, 1, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
+                     memory_format=memory_format)
+
+
+@register(aten.zeros_like.default)
+def zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return full_like(x, 0, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
+                     memory_format=memory_format)
+
+
+@register(aten.new_full.default)
+def new_full(x, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    if _elsewhere(device):
+        raise NotImplementedError
+    return full(size, fill_value, dtype=dtype or x.dtype, device=device or x.device)
+
+
+@register(aten.new_zeros.default)
+def new_zeros(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return new_full(x, size, 0, dtype=dtype, device=device)
+
+
+@register(aten.new_ones.default)
+def new_ones(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return new_full(x, size, 1, dtype=dtype, device=device)
 
 
 @register(aten.full.default)
