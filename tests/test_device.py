@@ -71,6 +71,45 @@ def test_like_and_new_factories_match_cpu(name):
     assert torch.equal(got.cpu(), expected)
 
 
+@pytest.mark.parametrize("args", [(16,), (2, 16), (0, 16, 3), (5, 0, -2), (0, 1, 0.1), (-3.7, 4.1, 0.3),
+                                  (10, 10), (0.5, 5.2)])
+@pytest.mark.parametrize("dtype", [None, torch.float32, torch.int64, torch.float16])
+def test_arange_matches_cpu(args, dtype):
+    if dtype == torch.int64 and any(isinstance(a, float) for a in args):
+        pytest.skip("integer aranges of float bounds: the meta path, checked by OpInfo's arange")
+    expected = torch.arange(*args, dtype=dtype)
+    got = torch.arange(*args, dtype=dtype, device="zyx")
+    assert got.device.type == "zyx" and (got.dtype, got.shape) == (expected.dtype, expected.shape)
+    assert_close(got, expected)
+
+
+def test_arange_errors_and_out():
+    for bad in [(0, 5, 0), (5, 0, 1), (0, float("inf"))]:
+        with pytest.raises(RuntimeError) as on_cpu:
+            torch.arange(*bad)
+        with pytest.raises(RuntimeError) as on_zyx:
+            torch.arange(*bad, device="zyx")
+        assert str(on_zyx.value) == str(on_cpu.value)
+    out = torch.empty(0, dtype=torch.int64, device="zyx")
+    torch.arange(5, out=out)
+    assert out.tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_tril_triu_match_cpu(dtype):
+    torch.manual_seed(0)
+    for shape in ((5, 7), (3, 4, 6), (2, 1, 3, 3), (0, 3)):
+        x = (torch.randn(shape) * 5).to(dtype)
+        for k in (0, 1, -1, -10, 10):
+            for fn in (torch.tril, torch.triu):
+                assert torch.equal(fn(x.to("zyx"), k).cpu(), fn(x, k))
+            y = x.to("zyx")
+            y.triu_(k)
+            assert torch.equal(y.cpu(), x.triu(k))
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.randn(4).to("zyx").tril()
+
+
 def test_model_to_zyx():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
