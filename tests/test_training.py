@@ -516,3 +516,31 @@ def test_vector_norm_and_safe_softmax_match_cpu(monkeypatch):
                 assert got.dtype == expected.dtype
                 assert_close(got, expected, rtol=1e-3, atol=1e-3)
     assert not calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_embedding_backward_matches_cpu(dtype, monkeypatch):
+    aten = torch.ops.aten
+    torch.manual_seed(0)
+    calls = _unlowered_calls(monkeypatch)
+    for index_shape, rows, padding in (((4, 16), 100, -1), ((4, 16), 100, 3), ((2, 3, 4), 10, 9)):
+        indices = torch.randint(0, rows, index_shape)
+        if padding >= 0:
+            indices.view(-1)[::3] = padding
+        grad = torch.randn(*index_shape, 8, dtype=dtype)
+        for index_dtype in (torch.int64, torch.int32):
+            expected = aten.embedding_dense_backward(grad, indices.to(index_dtype), rows, padding, False)
+            got = aten.embedding_dense_backward(grad.to("zyx"), indices.to(index_dtype).to("zyx"), rows,
+                                                padding, False)
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            tol = 2e-2 if dtype == torch.float16 else 1e-5
+            assert_close(got, expected, rtol=tol, atol=tol)
+    assert "aten.embedding_dense_backward.default" not in calls
+    # Through autograd, with a padding row.
+    emb = nn.Embedding(50, 8, padding_idx=2)
+    emb_zyx = copy.deepcopy(emb).to("zyx")
+    indices = torch.randint(0, 50, (4, 9))
+    indices[0, :3] = 2
+    emb(indices).square().sum().backward()
+    emb_zyx(indices.to("zyx")).square().sum().backward()
+    assert_close(emb_zyx.weight.grad, emb.weight.grad, rtol=1e-5, atol=1e-5)

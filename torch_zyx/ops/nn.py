@@ -1,17 +1,20 @@
 """Neural-network lowerings: softmax/log_softmax (+ backward, safe softmax), layer norm (+ backward),
-mse loss, nll loss (+ backward). Each stays within a few kernels: reductions store, elementwise work
-fuses around them.
+mse loss, nll loss (+ backward), the embedding's backward and embedding bag. Each stays within a
+few kernels: reductions store, elementwise work fuses around them.
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
+
 from .. import dtypes
 from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import meta, read, wrap, zdtype
+from .matmul import matmul_nodes
 from .registry import aten, register
 
 
@@ -360,6 +363,37 @@ def nll_loss2d_backward(grad_output, x, target, weight, reduction, ignore_index,
     out = _nll_backward(grad_output, x, rows, target_rows, weight, reduction, ignore_index, total_weight)
     n, c, h, w = x.shape
     return wrap(g.permute(g.reshape(out, (n, h, w, c)), (0, 3, 1, 2)), x._storage.device)
+
+
+# ------------------------------------------------------------------------------- embedding
+
+
+@register(aten.embedding_dense_backward.default)
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The embedding's weight gradient: each row of ``grad_output`` added to the row its index
+    names, indices out of range or equal to ``padding_idx`` skipped, in the accumulation dtype
+    (PyTorch's decomposition). Recorded as one matmul, the indices' one-hot (num_weights x N)
+    times the gradient rows (N x D), instead of the decomposition's ~15 dispatched ops (~0.6 ms
+    of recording on the 2-core box, every step of a model with an embedding)."""
+    if scale_grad_by_freq or indices.dtype not in (torch.int64, torch.int32):
+        raise NotImplementedError  # (the decomposition: counts per index, or its error)
+    node = read(grad_output)
+    result = node.dtype
+    compute = _acc_dtype(result)
+    count = indices.numel()
+    rest = tuple(grad_output.shape[indices.dim():])
+    if not compute.is_float or count == 0 or num_weights == 0 or len(rest) != 1:
+        raise NotImplementedError
+    flat = g.reshape(g.cast(read(indices), dtypes.int64), (1, count))
+    wide = (num_weights, count)
+    weight_rows = g.expand(g.reshape(g.iota((num_weights,)), (num_weights, 1)), wide)
+    hits = g.binary("eq", weight_rows, g.expand(flat, wide))
+    if padding_idx >= 0:
+        padding = g.const(padding_idx, dtypes.int64, (1, count))
+        hits = g.binary("and", hits, g.expand(g.binary("ne", flat, padding), wide))
+    rows = g.reshape(g.cast(node, compute), (count,) + rest)
+    out = matmul_nodes(g.cast(hits, compute), rows)
+    return wrap(g.cast(out, result), grad_output._storage.device)
 
 
 # ------------------------------------------------------------------------------- embedding bag
