@@ -82,6 +82,36 @@ def test_lazy_capture_survives_later_mutation():
     _both(fn, _base())
 
 
+def test_copy_to_device_snapshots_the_source():
+    """``x.to("zyx")`` holds x's values at the call, whatever the caller does to x afterwards.
+    OpenCL copied from x's memory asynchronously, so an in-place op right after the copy could
+    land in it; two threads keep the cores busy so the copy would run late (14 of 300 copies
+    were wrong that way before the pool staged the bytes)."""
+    import threading
+
+    stop = []
+
+    def keep_busy():
+        y = torch.randn(192, 192)
+        while not stop:
+            y @ y
+
+    threads = [threading.Thread(target=keep_busy) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        copies = []
+        for _ in range(100):
+            x = torch.zeros(64, 64)
+            copies.append(x.to("zyx"))
+            x.add_(1)
+    finally:
+        stop.append(True)
+        for thread in threads:
+            thread.join()
+    assert all(z.cpu().sum().item() == 0 for z in copies)
+
+
 def test_many_mutations_chain():
     def fn(x):
         for i in range(5):

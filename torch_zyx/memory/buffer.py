@@ -34,8 +34,9 @@ class Buffer:
 
     def write_from_host(self, src_ptr: int, keepalive, fresh: bool = False) -> None:
         """Fill the buffer from host address ``src_ptr`` (``nbytes`` bytes, owned by
-        ``keepalive``): asynchronous, after the work pending on it; later users wait through
-        the event table. ``fresh``: the buffer was just made, so no work can be pending on it
+        ``keepalive``): the source is read before this returns (the caller may then change it),
+        the buffer written after the work pending on it; later users wait through the event
+        table. ``fresh``: the buffer was just made, so no work can be pending on it
         (events are keyed by buffer id)."""
         device = self.device
         wait = [] if fresh else device.events.take([self.id])

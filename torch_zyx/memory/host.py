@@ -3,7 +3,7 @@
 Surface shared by every pool (DESIGN.md "Backends"; cache, reuse and accounting in
 memory/pool.py): ``allocate(nbytes) → (buffer, event)``, ``free(buffer, wait_events)``,
 ``host_to_pool(src_ptr, nbytes, keepalive, buffer, wait) → event``
-(async: ``keepalive`` owns the source bytes until the event completes),
+(the source bytes are read before it returns; the copy into the pool may finish later),
 ``pool_to_host(buffer, out_ptr, nbytes, wait)`` (blocking), ``sync(events)``,
 ``constant(data) → buffer`` (immutable, outside the cache and accounting: buffer.ConstantBuffer),
 and the accounting that ``torch.zyx.memory_allocated()`` reports.

@@ -1,8 +1,9 @@
 """OpenCL memory pool: ``cl.Buffer`` allocations with a free-buffer cache, and OpenCL events.
 
-Same surface as the host pool (DESIGN.md "Backends"). Host→device copies are enqueued without
-blocking; the pool keeps the host memory's owner (``keepalive``) in an in-flight list until
-the copy's event completes (ASYNC EVENT RULES). Device→host copies block. Events from this
+Same surface as the host pool (DESIGN.md "Backends"). Host→device copies are staged in a private
+host copy, then enqueued without blocking: the caller may change its memory as soon as the call
+returns (as after PyTorch's copies from pageable memory), and the pool keeps the staging copy in
+an in-flight list until the copy's event completes (ASYNC EVENT RULES). Device→host copies block. Events from this
 pool's context are passed to OpenCL as wait lists, so the device orders the work itself;
 any other event is waited on by the host first.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import pyopencl as cl
 
 from .events import Event
@@ -96,15 +98,19 @@ class OpenCLPool(CachingPool):
 
     def host_to_pool(self, src_ptr: int, nbytes: int, keepalive, buffer: CLBuffer,
                      wait_events: list[Event]) -> Event:
-        """Copy ``nbytes`` from host address ``src_ptr`` (owned by ``keepalive``) into ``buffer``."""
+        """Copy ``nbytes`` from host address ``src_ptr`` (owned by ``keepalive``) into ``buffer``.
+        The bytes are read before this returns (into a staging copy): a copy enqueued from the
+        caller's own memory raced the caller's next in-place op on it (``z = x.to("zyx")``, then
+        ``x.add_(1)``: z got the new values when PoCL ran the copy late, seen in a loaded CI)."""
+        staged = np.frombuffer(host_view(src_ptr, nbytes), dtype=np.uint8).copy()
         wait_for = cl_wait_list(wait_events, self.context)
-        cl_event = cl.enqueue_copy(self.queue, buffer.mem, host_view(src_ptr, nbytes), is_blocking=False,
+        cl_event = cl.enqueue_copy(self.queue, buffer.mem, staged, is_blocking=False,
                                    wait_for=wait_for or None)
         self.queue.flush()
-        event = CLEvent(cl_event, keepalive)
+        event = CLEvent(cl_event, staged)
         with self._lock:
             # Held here too: the event may be consumed (dropped) before the copy finishes.
-            self._inflight.append((event, keepalive))
+            self._inflight.append((event, staged))
         return event
 
     def constant(self, data: bytes) -> CLBuffer:
