@@ -3,9 +3,9 @@
 Same surface as the host pool (DESIGN.md "Backends"). Host→device copies are staged in a private
 host copy, then enqueued without blocking: the caller may change its memory as soon as the call
 returns (as after PyTorch's copies from pageable memory), and the pool keeps the staging copy in
-an in-flight list until the copy's event completes (ASYNC EVENT RULES). Device→host copies block. Events from this
-pool's context are passed to OpenCL as wait lists, so the device orders the work itself;
-any other event is waited on by the host first.
+an in-flight list until the copy's event completes (ASYNC EVENT RULES). Device→host copies
+block. Events from this pool's context are passed to OpenCL as wait lists, so the device
+orders the work itself; any other event is waited on by the host first.
 """
 
 from __future__ import annotations

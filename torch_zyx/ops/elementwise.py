@@ -464,18 +464,23 @@ def lerp(start, end, weight):
     compute, result = result_dtype(start, end, weight)
     s, e, w = operand(start, compute), operand(end, compute), operand(weight, compute)
     # PyTorch's formula: weight < 0.5 ? start + w*(end-start) : end - (end-start)*(1-w)
-    diff = sub(e, s)
     if not isinstance(weight, torch.Tensor):
-        # A scalar weight picks the same side everywhere: decided here (an optimizer's
-        # exp_avg.lerp_(grad, 1 - beta1) records half the nodes).
-        if _is_small_weight(weight, compute):
-            out = add(s, mul(w, diff))
-        else:
-            out = sub(e, mul(diff, sub(c(1.0, w), w)))
-        return new(cast(out, result), _device([start, end]))
+        return new(cast(lerp_scalar_weight(s, e, weight, compute), result), _device([start, end]))
+    diff = sub(e, s)
     low = add(s, mul(w, diff))
     high = sub(e, mul(diff, sub(c(1.0, w), w)))
     return new(cast(where(b("lt", u("abs", w), c(0.5, w)), low, high), result), _device([start, end, weight]))
+
+
+def lerp_scalar_weight(s: Node, e: Node, weight, compute: torch.dtype) -> Node:
+    """``lerp`` of the nodes ``s`` and ``e`` (of ``compute``) with a Python number ``weight``:
+    it picks the same side of PyTorch's formula everywhere, so the side is decided here (an
+    optimizer's exp_avg.lerp_(grad, 1 - beta1) records half the nodes)."""
+    w = operand(weight, compute)
+    diff = sub(e, s)
+    if _is_small_weight(weight, compute):
+        return add(s, mul(w, diff))
+    return sub(e, mul(diff, sub(c(1.0, w), w)))
 
 
 def _is_small_weight(weight, compute: torch.dtype) -> bool:

@@ -202,9 +202,9 @@ def _arange_size(start, end, step, dtype) -> tuple[int, torch.dtype] | None:
     values = (start, end, step)
     if not all(v.__class__ is int or v.__class__ is float for v in values):
         return None
-    if dtype is None:
-        dtype = torch.int64 if all(v.__class__ is int for v in values) else torch.get_default_dtype()
     all_ints = all(v.__class__ is int for v in values)
+    if dtype is None:
+        dtype = torch.int64 if all_ints else torch.get_default_dtype()
     if not dtype.is_floating_point and not (all_ints and dtype != torch.bool):
         return None  # (integer results of float bounds truncate them first: ATen's own rule)
     if not all(map(math.isfinite, values)):

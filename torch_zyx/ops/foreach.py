@@ -25,7 +25,7 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..tensor import ZYX_TO_TORCH, ZyxTensor, assign_whole, from_cpu, meta, read, wrap, wrap_like, write
-from .elementwise import _is_small_weight, addc_by_tensor
+from .elementwise import addc_by_tensor, lerp_scalar_weight
 from .fastpath import whole_node
 from .registry import LOWERINGS, aten, dtype_name, register
 
@@ -128,23 +128,16 @@ def _element(base: str, args: list, kwargs: dict, scalar_list: bool):
 _FAST_DTYPES = (dtypes.float32, dtypes.float64)
 
 
-def _lerp_node(x, end, weight, dtype):
-    # PyTorch's formula with a scalar weight, whose side is decided once (elementwise.lerp).
-    diff = g.binary("sub", end, x)
-    w = g.const(weight, dtype, x.shape)
-    if _is_small_weight(weight, ZYX_TO_TORCH[dtype]):
-        return g.binary("add", x, g.binary("mul", w, diff))
-    one_minus = g.binary("sub", g.const(1.0, dtype, x.shape), w)
-    return g.binary("sub", end, g.binary("mul", diff, one_minus))
+def _binary_form(op: str):
+    """The node builder of a binary foreach op: ``x op other`` (the List and Tensor forms) or
+    ``x op scalar`` (the Scalar and ScalarList forms)."""
+    return lambda x, others, s, dt: g.binary(op, x, others[0] if others else g.const(s, dt, x.shape))
 
 
 # foreach base name → (x node, nodes of the other list arguments, scalar, dtype) → result node.
 _FAST_NODES = {
-    "add": lambda x, others, s, dt: g.binary("add", x, others[0] if others else g.const(s, dt, x.shape)),
-    "sub": lambda x, others, s, dt: g.binary("sub", x, others[0] if others else g.const(s, dt, x.shape)),
-    "mul": lambda x, others, s, dt: g.binary("mul", x, others[0] if others else g.const(s, dt, x.shape)),
-    "div": lambda x, others, s, dt: g.binary("div", x, others[0] if others else g.const(s, dt, x.shape)),
-    "lerp": lambda x, others, s, dt: _lerp_node(x, others[0], s, dt),
+    **{name: _binary_form(name) for name in ("add", "sub", "mul", "div")},
+    "lerp": lambda x, others, s, dt: lerp_scalar_weight(x, others[0], s, ZYX_TO_TORCH[dt]),
     "addcmul": lambda x, others, s, dt: g.binary(
         "add", x, g.binary("mul", g.binary("mul", others[0], others[1]), g.const(s, dt, x.shape))),
     "addcdiv": lambda x, others, s, dt: g.binary(

@@ -144,6 +144,13 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return wrap(g.reshape(out, tuple(indices.shape) + (weight.shape[1],)), weight._storage.device)
 
 
+def row_hits(rows: int, flat: Node) -> Node:
+    """(rows, m) bool: whether entry k of the int64 indices ``flat`` (m,) names row r."""
+    wide = (rows, flat.shape[0])
+    return g.binary("eq", g.expand(g.reshape(g.iota((rows,)), (rows, 1)), wide),
+                    g.expand(g.reshape(flat, (1, flat.shape[0])), wide))
+
+
 @register(aten.embedding_renorm_.default)
 def embedding_renorm_(weight, indices, max_norm, norm_type):
     """Rows of ``weight`` named in ``indices`` whose ``norm_type``-norm exceeds ``max_norm`` are
@@ -155,9 +162,7 @@ def embedding_renorm_(weight, indices, max_norm, norm_type):
     wf = g.cast(w, acc)
     flat = g.reshape(g.cast(read(indices), dtypes.int64), (indices.numel(),))
     m = indices.numel()
-    wide = (rows, m)
-    named = g.binary("eq", g.expand(g.reshape(g.iota((rows,)), (rows, 1)), wide),
-                     g.expand(g.reshape(flat, (1, m)), wide))
+    named = row_hits(rows, flat)
     named = g.reduce("max", named, (1,)) if m else g.const(False, dtypes.bool_, (rows, 1))
     a = g.unary("abs", wf)
     if norm_type == 1:

@@ -14,6 +14,7 @@ from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import meta, read, wrap, zdtype
+from .index import row_hits
 from .matmul import matmul_nodes
 from .registry import aten, register
 
@@ -384,13 +385,11 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     rest = tuple(grad_output.shape[indices.dim():])
     if not compute.is_float or count == 0 or num_weights == 0 or len(rest) != 1:
         raise NotImplementedError
-    flat = g.reshape(g.cast(read(indices), dtypes.int64), (1, count))
-    wide = (num_weights, count)
-    weight_rows = g.expand(g.reshape(g.iota((num_weights,)), (num_weights, 1)), wide)
-    hits = g.binary("eq", weight_rows, g.expand(flat, wide))
+    flat = g.reshape(g.cast(read(indices), dtypes.int64), (count,))
+    hits = row_hits(num_weights, flat)
     if padding_idx >= 0:
-        padding = g.const(padding_idx, dtypes.int64, (1, count))
-        hits = g.binary("and", hits, g.expand(g.binary("ne", flat, padding), wide))
+        kept = g.binary("ne", flat, g.const(padding_idx, dtypes.int64, (count,)))
+        hits = g.binary("and", hits, g.expand(g.reshape(kept, (1, count)), hits.shape))
     rows = g.reshape(g.cast(node, compute), (count,) + rest)
     out = matmul_nodes(g.cast(hits, compute), rows)
     return wrap(g.cast(out, result), grad_output._storage.device)
