@@ -1,4 +1,7 @@
-"""Shared test set-up: the zyx device is registered before any test module imports torch internals."""
+"""Shared test set-up (the zyx device is registered before any test module imports torch
+internals) and the helpers that compare zyx with CPU torch."""
+
+import math
 
 import pytest
 import torch
@@ -42,3 +45,71 @@ def assert_close(zyx_value, cpu_value, **kwargs):
         return
     assert isinstance(zyx_value, torch.Tensor) and zyx_value.device.type == "zyx", type(zyx_value)
     torch.testing.assert_close(zyx_value.cpu(), cpu_value, **kwargs)
+
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int32, torch.int64, torch.int8, torch.uint8]
+ALL = FLOATS + INTS + [torch.bool]
+
+
+def make(shape, dtype, seed=0, low=-4, high=4, positive=False):
+    """A deterministic CPU tensor of ``dtype`` with a useful spread of values."""
+    gen = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=gen) > 0.5
+    if dtype.is_floating_point:
+        lo = 0.1 if positive else low
+        return (torch.rand(shape, generator=gen, dtype=torch.float64) * (high - lo) + lo).to(dtype)
+    lo = 1 if positive else (0 if dtype == torch.uint8 else low)
+    return torch.randint(lo, high + 1, shape, generator=gen).to(dtype)
+
+
+def to_zyx(x):
+    if isinstance(x, torch.Tensor):
+        return x.to("zyx")
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_zyx(v) for v in x)
+    return x
+
+
+def tol(dtype):
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"rtol": 2e-2, "atol": 2e-2}
+    if dtype == torch.float32:
+        return {"rtol": 1e-4, "atol": 1e-5}
+    return {}
+
+
+def compare(z, c, **kw):
+    if isinstance(z, (tuple, list)):
+        assert len(z) == len(c)
+        for a, b in zip(z, c):
+            compare(a, b, **kw)
+        return
+    if isinstance(c, torch.Tensor):
+        opts = dict(tol(c.dtype), equal_nan=True)
+        opts.update(kw)
+        assert_close(z, c, **opts)
+    else:
+        assert z == c or (isinstance(c, float) and math.isclose(z, c, rel_tol=1e-5, abs_tol=1e-6))
+
+
+def check(fn, *args, native=True, mutates=(), **kw):
+    """fn(*args) on CPU and on zyx agree; inputs at positions ``mutates`` agree afterwards too."""
+    cpu_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    zyx_args = [to_zyx(a) for a in args]
+    torch_zyx.synchronize()
+    torch_zyx.reset_counters()
+    try:
+        expected = fn(*cpu_args)
+    except Exception as error:  # noqa: BLE001
+        # Any error means an invalid combination: zyx must reject it the same way.
+        with pytest.raises(type(error)):
+            fn(*zyx_args)
+        return
+    got = fn(*zyx_args)
+    compare(got, expected, **kw)
+    for i in mutates:
+        compare(zyx_args[i], cpu_args[i], **kw)
+    if native:
+        assert torch_zyx.counters()["cpu_fallbacks"] == 0, "op fell back to the CPU"

@@ -8,77 +8,9 @@ import math
 
 import pytest
 import torch
-from conftest import assert_close
+from conftest import ALL, FLOATS, INTS, check, compare, make
 
 import torch_zyx
-
-FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-INTS = [torch.int32, torch.int64, torch.int8, torch.uint8]
-ALL = FLOATS + INTS + [torch.bool]
-
-
-def make(shape, dtype, seed=0, low=-4, high=4, positive=False):
-    """A deterministic CPU tensor of ``dtype`` with a useful spread of values."""
-    gen = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.rand(shape, generator=gen) > 0.5
-    if dtype.is_floating_point:
-        lo = 0.1 if positive else low
-        return (torch.rand(shape, generator=gen, dtype=torch.float64) * (high - lo) + lo).to(dtype)
-    lo = 1 if positive else (0 if dtype == torch.uint8 else low)
-    return torch.randint(lo, high + 1, shape, generator=gen).to(dtype)
-
-
-def to_zyx(x):
-    if isinstance(x, torch.Tensor):
-        return x.to("zyx")
-    if isinstance(x, (list, tuple)):
-        return type(x)(to_zyx(v) for v in x)
-    return x
-
-
-def tol(dtype):
-    if dtype in (torch.float16, torch.bfloat16):
-        return {"rtol": 2e-2, "atol": 2e-2}
-    if dtype == torch.float32:
-        return {"rtol": 1e-4, "atol": 1e-5}
-    return {}
-
-
-def compare(z, c, **kw):
-    if isinstance(z, (tuple, list)):
-        assert len(z) == len(c)
-        for a, b in zip(z, c):
-            compare(a, b, **kw)
-        return
-    if isinstance(c, torch.Tensor):
-        opts = dict(tol(c.dtype), equal_nan=True)
-        opts.update(kw)
-        assert_close(z, c, **opts)
-    else:
-        assert z == c or (isinstance(c, float) and math.isclose(z, c, rel_tol=1e-5, abs_tol=1e-6))
-
-
-def check(fn, *args, native=True, mutates=(), **kw):
-    """fn(*args) on CPU and on zyx agree; inputs at positions ``mutates`` agree afterwards too."""
-    cpu_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-    zyx_args = [to_zyx(a) for a in args]
-    torch_zyx.synchronize()
-    torch_zyx.reset_counters()
-    try:
-        expected = fn(*cpu_args)
-    except Exception as error:  # noqa: BLE001
-        # Any error means an invalid combination: zyx must reject it the same way.
-        with pytest.raises(type(error)):
-            fn(*zyx_args)
-        return
-    got = fn(*zyx_args)
-    compare(got, expected, **kw)
-    for i in mutates:
-        compare(zyx_args[i], cpu_args[i], **kw)
-    if native:
-        assert torch_zyx.counters()["cpu_fallbacks"] == 0, "op fell back to the CPU"
-
 
 # ---------------------------------------------------------------------------- elementwise unary
 
@@ -493,74 +425,6 @@ def test_matmul_family():
     check(lambda x, y, o: (torch.mm(x, y, out=o), o)[1],
           make((3, 5), torch.float32), make((5, 2), torch.float32), torch.empty(3, 2), mutates=(2,))
     check(lambda x, y: x.t() @ y.t(), make((5, 3), torch.float32), make((4, 5), torch.float32))
-
-
-# ---------------------------------------------------------------------------- indexing
-
-
-def test_index_select_gather_scatter():
-    x = make((4, 5), torch.float32)
-    idx = torch.tensor([3, 0, 0, 2])
-    check(lambda t, i: t.index_select(0, i), x, idx)
-    check(lambda t, i: t.index_select(1, i), x, idx)
-    check(lambda t, i: t.index_select(1, i), make((4, 5), torch.int64), idx.to(torch.int32))
-    gi = torch.tensor([[0, 1, 4], [2, 2, 0]])
-    check(lambda t, i: t.gather(1, i), x, gi)
-    check(lambda t, i: t.gather(0, i), x, torch.tensor([[0, 1, 3], [2, 2, 0]]))
-    src = make((2, 3), torch.float32, seed=4)
-    check(lambda t, i, s: t.scatter(1, i, s), x, torch.tensor([[0, 1, 4], [2, 3, 0]]), src)
-    check(lambda t, i: t.scatter(0, i, 9.0), x, torch.tensor([[0, 1, 3], [2, 2, 0]]))
-    check(lambda t, i, s: t.scatter_add(1, i, s), x, gi, src)
-    check(lambda t, i, s: t.scatter_add_(0, i, s), x, torch.tensor([[0, 1, 3], [0, 1, 3]]), src, mutates=(0,))
-    check(lambda t, i, s: t.scatter_(1, i, s), x, torch.tensor([[0, 1, 4], [2, 3, 0]]), src, mutates=(0,))
-
-
-def test_masked_fill_and_index():
-    x = make((4, 5), torch.float32)
-    mask = make((4, 5), torch.bool, seed=3)
-    check(lambda t, m: t.masked_fill(m, 2.5), x, mask)
-    check(lambda t, m: t.masked_fill(m[0], -1), x, mask)
-    check(lambda t, m: t.masked_fill_(m, 0), x, mask, mutates=(0,))
-    check(lambda t, m: t.masked_fill(m, torch.tensor(7.0)), x, mask)
-    idx = torch.tensor([2, 0, -1])
-    check(lambda t, i: t[i], x, idx)
-    check(lambda t, i: t[i.view(3, 1)], x, idx)
-    check(lambda t, i: t[1:, i], x, idx)
-    check(lambda t, i: t[:, i], x, idx)
-    check(lambda t, i, j: t[i, j], x, idx, torch.tensor([4, 1, 0]))
-    check(lambda t, m: (t.__setitem__(m, 3.0), t)[1], x, mask, mutates=(0,))
-    check(lambda t, i: t.index_put_((i,), torch.tensor(1.5)), x, idx, mutates=(0,))
-    check(lambda t, i, v: t.index_put_((i,), v, accumulate=True), x, torch.tensor([1, 1, 3]),
-          make((3, 5), torch.float32), mutates=(0,))
-    check(lambda t, i: (t.__setitem__(i, 0.0), t)[1], x, idx, mutates=(0,))
-
-
-def test_bool_mask_read():
-    x = make((4, 5), torch.float32)
-    mask = make((4, 5), torch.bool, seed=3)
-    check(lambda t, m: t[m], x, mask)
-    check(lambda t, m: t[m[:, 0]], x, mask)
-
-
-def test_advanced_indexing():
-    x = make((3, 4, 5), torch.float32)
-    i, j = torch.tensor([2, 0, 1, 2]), torch.tensor([[1], [3]])
-    mask = make((3, 4), torch.bool, seed=3)
-    reads = [lambda t: t[i, j], lambda t: t[:, j, i], lambda t: t[i, :, j], lambda t: t[..., i],
-             lambda t: t[None, i], lambda t: t[1, :, i], lambda t: t[mask], lambda t: t[:, mask[0]],
-             lambda t: t[mask, 2], lambda t: t[i.to(torch.int32)],
-             lambda t: t[torch.tensor([], dtype=torch.long)]]
-    for fn in reads:
-        check(fn, x)
-    writes = [lambda t: t.__setitem__((i, j), 7.0), lambda t: t.__setitem__((slice(None), j, i), -1.0),
-              lambda t: t.__setitem__(mask, torch.arange(5.0)), lambda t: t.__setitem__(mask, 0.5),
-              lambda t: t.index_put_((i, j), torch.ones(2, 4, 5), accumulate=True),
-              lambda t: t.__setitem__((i[:2], slice(1, 3)), torch.zeros(2, 2, 5))]
-    for fn in writes:
-        check(lambda t, fn=fn: (fn(t), t)[1], x)
-    check(lambda t: torch.nonzero(t), make((3, 4), torch.bool))
-    check(lambda t: t.nonzero(as_tuple=True), make((5,), torch.int64, low=-1, high=1))
-    check(lambda t: t[t > 0], make((6,), torch.float32))
 
 
 # ---------------------------------------------------------------------------- nn.functional

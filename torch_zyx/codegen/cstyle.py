@@ -267,6 +267,9 @@ class CStyleRenderer:
             var, _what = ins.arg  # the local id, the only special value so far
             self.vars[var] = self.values[i] = f"x_{var}"
             self.line(f"const {self.lang.index_type} x_{var} = {self.lang.local_id};")
+        elif op == "DEFINE":
+            self.vars[ins.arg] = self.values[i] = f"x_{ins.arg}"
+            self.line(f"const {self.lang.index_type} x_{ins.arg} = {self.values[ins.srcs[0]]};")
         elif op == "LOCAL":
             self.values[i] = f"lm{i}"
             self.local_lines.append("  " + self.lang.local_decl.format(

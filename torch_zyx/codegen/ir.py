@@ -19,6 +19,8 @@ Each ``Instr`` is one value (SSA) or effect. Index arithmetic stays symbolic (``
   BITCAST  srcs=(x,)
   WHERE    srcs=(cond, a, b)
   ACC      arg=initial value              accumulator cell; ACC_SET srcs=(acc, value), ACC_GET srcs=(acc,)
+  DEFINE   arg=var srcs=(value,)          the int64 ``value`` as INDEX variable ``var`` (a gathered
+                                         position: data-dependent index arithmetic)
 
 Grouped kernels only (``LoopKernel.group_size`` > 0; lowering emits them only when its options
 allow, so the CPU renderer never receives them). Each outer iteration is one work group of

@@ -351,7 +351,7 @@ class LLVMRenderer:
         innermost ones (a load that does not change in them is read once per iteration of the
         loops it does use): x in ``x * 2``, the rows of layer norm and their first element; not
         its weight, read again for every row, nor a matmul operand, read again for every
-        output column. The CPU runtime prefetches their vector loads past the caches
+        output column, nor a gathered table (read where the data says). The CPU runtime prefetches their vector loads past the caches
         (runtime/cpu.py). Only with alias scopes, which name a load's buffer."""
         if self.kernel.n_buffers < 2:
             return []
@@ -362,6 +362,7 @@ class LLVMRenderer:
         # variables of the loops inside it.
         around: list[str | None] = [None]
         chunk = {"start", "end"}
+        gathered = {ins.arg for ins in instrs if ins.op == "DEFINE"}  # positions read from data
         streamed: dict[int, bool] = {}
         for ins in instrs:
             if ins.op == "RANGE":
@@ -379,7 +380,7 @@ class LLVMRenderer:
                 uses = [bool(used & chunk) if name is None else name in used for name in around]
                 # The loops it does not use must all be inside the ones it does.
                 first_unused = uses.index(False) if False in uses else len(uses)
-                once = first_unused > 0 and not any(uses[first_unused:])
+                once = first_unused > 0 and not any(uses[first_unused:]) and not used & gathered
                 streamed[slot] = streamed.get(slot, True) and once
         return sorted(slot for slot, once in streamed.items() if once)
 
@@ -446,6 +447,8 @@ class LLVMRenderer:
             c, a, b = (self.values[s] for s in ins.srcs)
             t = self.rtype(ins.dtype)
             self.values[i] = self.emit(f"select i1 {c}, {t} {a}, {t} {b}")
+        elif op == "DEFINE":
+            self.vars[ins.arg] = self.values[i] = self.values[ins.srcs[0]]
         elif op == "ACC":
             t = self.rtype(ins.dtype)
             cell = f"%acc{i}"

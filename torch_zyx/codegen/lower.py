@@ -13,7 +13,8 @@ of the reduced range (neighbouring items read neighbouring elements), then a tre
 group-shared memory with barriers; every item reads the result, one item stores.
 
 This module holds the emission of values and reduces and the choice of kernel structure;
-row kernels live in ``lower_rows``, loop order and tiling by memory layout in ``lower_loops``.
+row kernels live in ``lower_rows``, loop order and tiling by memory layout in ``lower_loops``,
+scatter kernels in ``lower_scatter``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .index import Index
 from .ir import Instr, LoopKernel
 from .lower_loops import LoopNestLowering
 from .lower_rows import RowLowering
+from .lower_scatter import ScatterLowering
 from .symbolic import Expr
 
 _REDUCE_INIT = {"sum": 0, "prod": 1}
@@ -98,7 +100,7 @@ def _reduce_size(node: Node, seen: set) -> int:
     return inner
 
 
-class Lowerer(RowLowering, LoopNestLowering):
+class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
     def __init__(self, kernel: ScheduledKernel, name: str, buffer_dtypes: list,
                  options: LoweringOptions | None = None):
         self.kernel = kernel
@@ -226,6 +228,8 @@ class Lowerer(RowLowering, LoopNestLowering):
                     value = self.add("WHERE", node.dtype, (self.index(valid), value, zero))
                 out.append(value)
             return out
+        if op == "GATHER":
+            return self.emit_gather(node, lanes)
         # Operands holding a reduce first: values computed before its loop would stay live
         # across it (a ReLU mask loaded for a 64-lane tile spilled and broke the tile's SLP).
         order = sorted(range(len(node.srcs)), key=lambda i: not self.has_reduce(node.srcs[i]))
@@ -249,6 +253,28 @@ class Lowerer(RowLowering, LoopNestLowering):
         if op == "RANDOM":
             return self.emit_random(node, idx)
         return self.index(idx.linear)  # IOTA
+
+    def emit_gather(self, node: Node, lanes: list[Index]) -> list[int]:
+        """``GATHER`` at ``lanes``: each lane's index value, clamped into the table's axis (a bad
+        entry raises through the checks of its op, never reads outside the table), becomes an
+        index variable (``DEFINE``) standing for the lane's position along that axis."""
+        table, index = node.srcs
+        axis = node.arg
+        table_lanes = []
+        for lane, position in zip(lanes, self.emit(index, lanes)):
+            dims = list(lane.dims)
+            dims[axis] = self.data_position(position, table.shape[axis])
+            table_lanes.append(Index(table.shape, tuple(dims), valid=lane.valid))
+        return self.emit(table, table_lanes)
+
+    def data_position(self, position: int, extent: int) -> sym.Var:
+        """The int64 value ``position`` clamped into [0, extent) as an index variable."""
+        low = self.add("ALU", dtypes.int64, (position, self.const(0, dtypes.int64)), "max")
+        clamped = self.add("ALU", dtypes.int64, (low, self.const(extent - 1, dtypes.int64)), "min")
+        self.var_count += 1
+        var = sym.Var(f"g{self.var_count}", 0, extent - 1)
+        self.add("DEFINE", dtypes.int64, (clamped,), var.name, pure=False)
+        return var
 
     def pad_valid(self, node: Node, idx: Index) -> Expr:
         src = node.srcs[0]
@@ -435,6 +461,11 @@ class Lowerer(RowLowering, LoopNestLowering):
     def lower(self) -> LoopKernel:
         kernel = self.kernel
         shape = kernel.stores[0].value.shape
+        view = kernel.stores[0].view
+        if view is not None and view[0] == "scatter_add":
+            global_size, work = self.lower_scatter(kernel.stores[0])
+            return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
+                              work=work, bytes=work * kernel.stores[0].value.dtype.itemsize, flops=work)
         values = [s.value for s in kernel.stores]
         seen: set = set()
         reduces = any(_has_reduce(v, seen) for v in values)

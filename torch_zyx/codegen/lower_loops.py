@@ -223,6 +223,14 @@ class LoopNestLowering:
                 walk(src, Index(src.shape, tuple(dims), valid=idx.valid), True)
             elif node.op in g.MOVEMENT:
                 walk(node.srcs[0], self.move(node, idx), in_reduce)
+            elif node.op == "GATHER":
+                # The table's position along the gathered axis comes from data: a variable of
+                # its own, so the other axes still show their strides.
+                table, index = node.srcs
+                dims = list(idx.dims)
+                dims[node.arg] = sym.Var(f"p{len(seen)}_g", 0, table.shape[node.arg] - 1)
+                walk(table, Index(table.shape, tuple(dims), valid=idx.valid), in_reduce)
+                walk(index, idx, in_reduce)
             else:
                 for src in node.srcs:
                     walk(src, idx, in_reduce)

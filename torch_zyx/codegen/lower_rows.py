@@ -274,6 +274,8 @@ class RowLowering:
                     pending.append((node, idx))
         elif op in g.MOVEMENT:
             ok = self.hoist(node.srcs[0], self.move(node, idx), inner, seen, emit, pending)
+        elif op == "GATHER":
+            pass  # no reduce under a gather: the kernelizer stores them first
         elif op not in ("LOAD", "CONST", "IOTA", "RANDOM"):
             results = [self.hoist(s, idx, inner, seen, emit, pending) for s in node.srcs]
             ok = all(results)

@@ -15,6 +15,8 @@ Primitive set (DESIGN.md "Lazy graph"):
   RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP            movement, arg: their parameters
   STRIDED  (shape, strides, offset) view of a flat node
   SETVIEW  flat ``base`` with the strided region ``arg`` replaced by ``value``
+  GATHER   ``table`` read at data-dependent positions along axis ``arg``   arg: the axis
+  SCATTER_ADD  ``base`` plus ``src`` added at data-dependent positions     arg: the axis
 """
 
 from __future__ import annotations
@@ -210,6 +212,34 @@ def strided(x: Node, shape: tuple[int, ...], strides: tuple[int, ...], offset: i
         return _const_like(x, shape)
     arg = (shape, tuple(strides), offset)
     return _intern("STRIDED", arg, arg, (x,), x.dtype, shape)
+
+
+def gather(table: Node, index: Node, axis: int) -> Node:
+    """``out[c] = table[c with c[axis] replaced by index[c]]`` for int64 ``index`` of ``table``'s
+    rank and shape except along ``axis`` (torch.gather with the table cut to the index's
+    shape). Entries must lie in [0, table.shape[axis]): callers wrap negative ones and check the
+    bounds (checks.py); a kernel clamps them, so a bad entry never reads outside the table.
+    Every indexed read (embedding, index_select, advanced indexing) is one: work proportional
+    to the output, where a one-hot comparison against every table position costs that many
+    times the table's extent along ``axis``."""
+    assert index.dtype == dtypes.int64 and len(index.shape) == len(table.shape)
+    assert all(a == b or d == axis for d, (a, b) in enumerate(zip(index.shape, table.shape)))
+    assert table.shape[axis] > 0 or not math.prod(index.shape)
+    return _intern("GATHER", axis, axis, (table, index), table.dtype, tuple(index.shape))
+
+
+def scatter_add(base: Node, index: Node, src: Node, axis: int) -> Node:
+    """``base`` with ``src[c]`` added at ``c`` with ``c[axis]`` replaced by ``index[c]``, for every
+    position ``c`` of ``src`` (torch.scatter_add: int64 ``index`` of ``src``'s shape, of
+    ``base``'s rank, no longer than ``base`` along the other axes). The entries landing on one
+    element are added in ``c[axis]`` order, as CPU torch adds them. Entries must lie in
+    [0, base.shape[axis]) (callers check them; a kernel clamps them). Work follows ``src``: a
+    one-hot construction would compare every entry with every position of ``base``."""
+    assert index.dtype == dtypes.int64 and index.shape == src.shape and src.dtype == base.dtype
+    assert len(src.shape) == len(base.shape)
+    assert all(a <= b or d == axis for d, (a, b) in enumerate(zip(src.shape, base.shape)))
+    assert base.shape[axis] > 0 or not math.prod(src.shape)
+    return _intern("SCATTER_ADD", axis, axis, (base, index, src), base.dtype, base.shape)
 
 
 def setview(base: Node, value: Node, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Node:

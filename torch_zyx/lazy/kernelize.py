@@ -17,6 +17,8 @@ Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/0
     removing size-1 axes) first stores the reduce's value, as does an expand or growing pad
     of an expensive computed value;
   * a reduce appends to its input's kernel (elementwise work before and after it fuses);
+  * a gather (data-dependent read) fuses like a movement whose position is a value: its table
+    and index are stored first when they hold a reduce (or the table is costly);
   * a reduce over trailing axes broadcast back over them ("row reduce": softmax's max and sum,
     layer norm's statistics) is not stored: its consumers over the same rows share its kernel,
     where lowering runs it once per row before the row's elementwise loop (one kernel for
@@ -61,7 +63,9 @@ INLINE_FLOATS = frozenset((0.0, 1.0, -1.0, 2.0, 0.5))
 class KernelStore:
     target: int  # temp index written
     value: Node  # AST of the stored value
-    view: tuple | None = None  # (shape, strides, offset) for a strided scatter, None: contiguous
+    # None: contiguous; (shape, strides, offset): a strided region (SETVIEW); ("scatter_add",
+    # axis, index AST, target shape): ``value`` added where ``index`` points (SCATTER_ADD).
+    view: tuple | None = None
 
 
 @dataclass
@@ -235,6 +239,22 @@ class Kernelizer:
                 # the weight gradient's sum over rows).
                 axes = node.arg[1]
                 self._unfuse(v for v in self._rows(srcs[0]).values() if min(axes) < v[1])
+            elif node.op == "GATHER":
+                # The table is read at positions known only when the kernel runs, and the
+                # index once per output: a reduce under either would run per gathered element
+                # (and a row reduce's rows would not line up), so both are stored first; a
+                # costly table too, since entries may repeat (as for an expand).
+                for src in srcs:
+                    if self._has_reduce(src):
+                        self._mark_store(src)
+                if self.alu_ops[id(srcs[0])] > _EXPAND_RECOMPUTE_OPS:
+                    self._mark_store(srcs[0])
+            elif node.op == "SCATTER_ADD":
+                # Its kernel reads the entries and their positions one axis step at a time (see
+                # codegen/lower_scatter.py): a reduce in them is computed before.
+                for src in srcs[1:]:
+                    if self._has_reduce(src):
+                        self._mark_store(src)
             elif node.op in g.ELEMENTWISE:
                 rows = {}
                 for src in srcs:
@@ -258,7 +278,7 @@ class Kernelizer:
                         and not all(r is not None and r.op == "EXPAND" and self._row_split(r)
                                     for r in self.non_elementwise_readers[id(src)])):
                     self._mark_store(src)
-            if node.op == "SETVIEW":
+            if node.op in ("SETVIEW", "SCATTER_ADD"):
                 self._mark_store(node)
             self._summarize(node, row_split)
             own = 1 if node.op in g.ELEMENTWISE or node.op in ("REDUCE", "RANDOM") else 0
@@ -358,6 +378,8 @@ class Kernelizer:
             stores = []
             for target, value, view in stores_spec:
                 slot(("tmp", target))
+                if view is not None and view[0] == "scatter_add":
+                    view = (view[0], view[1], ast(view[2]), view[3])
                 stores.append(KernelStore(target, ast(value, top=view is None and id(value) in self.stored
                                                       and temp_of.get(id(value)) == target), view))
             return ScheduledKernel(stores, slots, params, depends, fusion)
@@ -385,18 +407,20 @@ class Kernelizer:
         for node in self.order:
             if id(node) not in self.stored:
                 continue
-            if node.op == "SETVIEW":
-                base, value = node.srcs
-                shape, strides, offset = node.arg
-                if id(base) in self.stored and base.op == "SETVIEW" and self.rc[id(base)] == 1:
+            if node.op in ("SETVIEW", "SCATTER_ADD"):
+                base, value = node.srcs[0], node.srcs[-1]
+                if id(base) in self.stored and base.op in ("SETVIEW", "SCATTER_ADD") and self.rc[id(base)] == 1:
                     temp = temp_of[id(base)]  # scatter in place: nobody else reads the old value
                 else:
                     temp = len(temps)
                     temps.append((node.dtype, node.numel))
                     emit(new_kernel([(temp, base, None)], self.fusion_of(base)), merge=True)
                 temp_of[id(node)] = temp
-                emit(new_kernel([(temp, value, (shape, strides, offset))], self.fusion_of(value)),
-                     merge=False)
+                if node.op == "SETVIEW":
+                    view = node.arg
+                else:  # the entries are added in place (codegen/lower_scatter.py)
+                    view = ("scatter_add", node.arg, node.srcs[1], node.shape)
+                emit(new_kernel([(temp, value, view)], self.fusion_of(value)), merge=False)
                 continue
             temp = len(temps)
             temps.append((node.dtype, node.numel))

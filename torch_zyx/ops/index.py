@@ -1,8 +1,10 @@
 """Indexing lowerings: index_select, gather, scatter(_add), masked_fill, index, index_put.
 
-Data-dependent reads are one-hot selections: ``out[i] = sum_j x[j] * (idx[i] == j)`` built
-from IOTA, compare and a reduce, so they fuse like everything else (zyx's approach; the cost
-is O(len(idx) * len(dim)) arithmetic, no host round trip).
+Data-dependent reads are gathers (graph.gather): each output element is read from the
+position its index entry names, in the kernel that uses it, work proportional to the output.
+Data-dependent writes (scatter, index_put, index_fill) are one-hot selections:
+``out[j] = where(any_i(idx[i] == j), src[i], x[j])`` built from IOTA, compare and a reduce,
+O(len(idx) * len(dim)) arithmetic; they fuse like everything else, with no host round trip.
 """
 
 from __future__ import annotations
@@ -26,25 +28,15 @@ def _wrap_negative(index: Node, n: int) -> Node:
                    g.binary("add", index, g.const(n, dtypes.int64, index.shape)), index)
 
 
-def _onehot_take(x: Node, dim: int, index: Node) -> Node:
-    """``x`` with axis ``dim`` replaced by the entries of 1-D ``index`` (int64, may be negative)."""
+def index_take(x: Node, dim: int, index: Node) -> Node:
+    """``x`` with axis ``dim`` replaced by the entries of 1-D ``index`` (int64, may be negative):
+    one gather, each output element read from where its entry points."""
     n = x.shape[dim]
-    m = index.shape[0]
-    index = _wrap_negative(index, n)
     nd = len(x.shape)
-    # wide shape: x's shape with dim → m, plus a trailing axis of length n to reduce over.
-    wide = x.shape[:dim] + (m,) + x.shape[dim + 1:] + (n,)
-    src = g.permute(g.reshape(x, x.shape + (1,)),
-                    tuple(range(dim)) + (nd,) + tuple(range(dim + 1, nd)) + (dim,))
-    src = g.expand(src, wide)
-    idx = g.expand(g.reshape(index, (1,) * dim + (m,) + (1,) * (nd - dim - 1) + (1,)), wide)
-    pos = g.expand(g.reshape(g.iota((n,)), (1,) * nd + (n,)), wide)
-    hit = g.binary("eq", idx, pos)
-    if x.dtype == dtypes.bool_:
-        picked = g.binary("and", hit, src)
-        return g.reshape(g.reduce("max", picked, (nd,)), wide[:-1])
-    picked = g.where(hit, src, g.const(0, x.dtype, wide))
-    return g.reshape(g.reduce("sum", picked, (nd,)), wide[:-1])
+    m = index.shape[0]
+    shape = x.shape[:dim] + (m,) + x.shape[dim + 1:]
+    spread = g.expand(g.reshape(_wrap_negative(index, n), (1,) * dim + (m,) + (1,) * (nd - dim - 1)), shape)
+    return g.gather(x, spread, dim)
 
 
 # CPU torch's messages for an index value out of range ({index}: the entry; checks.py).
@@ -75,7 +67,7 @@ def index_select(x, dim, index):
                     f"INDICES element is out of DATA bounds, id={{index}} axis_dim={node.shape[dim]}")
     else:
         check_index(idx, 0, node.shape[dim], x._storage.device, IndexError, OUT_OF_RANGE)
-    out = _onehot_take(node, dim, idx)
+    out = index_take(node, dim, idx)
     if x.dim() == 0:
         out = g.reshape(out, ())
     return wrap(out, x._storage.device)
@@ -95,7 +87,7 @@ def take(x, index):
     idx = g.reshape(read(index), (count,))
     check_index(idx, -total, total, device, IndexError,
                 f"out of range: tried to access index {{index}} on a tensor of {total} elements.")
-    out = _onehot_take(g.reshape(read(x), (total,)), 0, idx)
+    out = index_take(g.reshape(read(x), (total,)), 0, idx)
     return wrap(g.reshape(out, tuple(index.shape)), device)
 
 
@@ -140,7 +132,7 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
         raise RuntimeError("'weight' must be 2-D")
     flat = g.cast(g.reshape(read(indices), (indices.numel(),)), dtypes.int64)
     check_index(flat, 0, weight.shape[0], weight._storage.device, IndexError, OUT_OF_RANGE)
-    out = _onehot_take(read(weight), 0, flat)
+    out = index_take(read(weight), 0, flat)
     return wrap(g.reshape(out, tuple(indices.shape) + (weight.shape[1],)), weight._storage.device)
 
 
@@ -204,23 +196,11 @@ def masked_fill(x, mask, value):
 
 
 def _gather_node(x: Node, dim: int, index: Node) -> Node:
-    """out[i0.., ik, ..] = x[i0.., index[i0.., ik, ..], ..] for index of x's rank."""
+    """out[i0.., ik, ..] = x[i0.., index[i0.., ik, ..], ..] for index of x's rank (its other
+    axes at most x's)."""
     n = x.shape[dim]
-    nd = len(x.shape)
-    wide = index.shape + (n,)
-    idx = g.expand(g.reshape(index, index.shape + (1,)), wide)
-    idx = _wrap_negative(idx, n)
-    bounds = tuple((0, s) if i != dim else (0, n) for i, s in enumerate(index.shape))
-    src = g.shrink(x, tuple((0, b[1]) if i != dim else (0, n) for i, b in enumerate(bounds)))
-    src = g.permute(g.reshape(src, src.shape + (1,)),
-                    tuple(range(dim)) + (nd,) + tuple(range(dim + 1, nd)) + (dim,))
-    src = g.expand(src, index.shape[:dim] + (1,) + index.shape[dim + 1:] + (n,))
-    src = g.expand(src, wide)
-    pos = g.expand(g.reshape(g.iota((n,)), (1,) * nd + (n,)), wide)
-    hit = g.binary("eq", idx, pos)
-    if x.dtype == dtypes.bool_:
-        return g.reshape(g.reduce("max", g.binary("and", hit, src), (nd,)), index.shape)
-    return g.reshape(g.reduce("sum", g.where(hit, src, g.const(0, x.dtype, wide)), (nd,)), index.shape)
+    table = g.shrink(x, tuple((0, s) if i != dim else (0, n) for i, s in enumerate(index.shape)))
+    return g.gather(table, _wrap_negative(index, n), dim)
 
 
 @register(aten.gather.default)
@@ -275,12 +255,28 @@ def scatter_hits(x: Node, dim: int, index: Node, src: Node) -> tuple[Node, Node]
     return g.binary("eq", idx_w, pos), src_w
 
 
-# Most entries a half-precision scatter-add adds one after the other (see _scatter_node).
-_SEQUENTIAL_HALF_MAX = 64
+_HALVES = (dtypes.float16, dtypes.bfloat16)
 
 
-def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -> Node:
-    """x with x[.., index[i], ..] (+)= src[i] along ``dim`` (one-hot over index's entries)."""
+def add_at(x: Node, dim: int, index: Node, src: Node, widen_halves: bool) -> Node:
+    """x with src[c] added at c with c[dim] = index[c] (int64 entries of src's shape, negative
+    ones counted from the end; checked by the caller), in entry order as CPU torch adds them.
+    Each addition rounds to x's dtype (index_put's accumulate, put), or with ``widen_halves``
+    half values are added in float32 and rounded once (scatter_add, index_add: CPU torch's
+    kernels accumulate them in float)."""
+    index = _wrap_negative(index, x.shape[dim])
+    if widen_halves and x.dtype in _HALVES:
+        wide = g.scatter_add(g.cast(x, dtypes.float32), index, g.cast(src, dtypes.float32), dim)
+        return g.cast(wide, x.dtype)
+    return g.scatter_add(x, index, src, dim)
+
+
+def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool,
+                  widen_halves: bool = False) -> Node:
+    """x with x[.., index[i], ..] (+)= src[i] along ``dim``: added in place (``add_at``) or, for
+    writes and bool, one-hot over index's entries."""
+    if reduce_add and x.dtype != dtypes.bool_:
+        return add_at(x, dim, index, g.shrink(src, tuple((0, s) for s in index.shape)), widen_halves)
     nd = len(x.shape)
     m = index.shape[dim]
     hit, src_w = scatter_hits(x, dim, index, src)
@@ -291,16 +287,6 @@ def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -
         k = g.expand(g.reshape(g.iota((m,)), (1,) * nd + (m,)), wide)
         last = g.reduce("max", g.where(hit, k, g.const(-1, dtypes.int64, wide)), (nd,))
         hit = g.binary("and", hit, g.binary("eq", k, g.expand(last, wide)))
-    if reduce_add and x.dtype in (dtypes.float16, dtypes.bfloat16) and m <= _SEQUENTIAL_HALF_MAX:
-        # ATen adds half values one entry after the other in half precision; a float sum
-        # rounds once and differs after cancellation, so the entries are added in order.
-        out = x
-        for k in range(m):
-            bounds = tuple((0, s) for s in x.shape) + ((k, k + 1),)
-            h, v = g.reshape(g.shrink(hit, bounds), x.shape), g.reshape(g.shrink(src_w, bounds), x.shape)
-            step = g.cast(g.cast(g.binary("add", out, v), dtypes.float32), x.dtype)
-            out = g.where(h, step, out)
-        return out
     if x.dtype == dtypes.bool_:
         picked = g.reduce("max", g.binary("and", hit, src_w), (nd,))
         any_hit = g.reduce("max", hit, (nd,))
@@ -309,10 +295,8 @@ def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool) -
         any_hit = g.reduce("max", hit, (nd,))
     picked = g.reshape(picked, x.shape)
     any_hit = g.reshape(any_hit, x.shape)
-    if reduce_add:
-        if x.dtype == dtypes.bool_:
-            return g.binary("or", x, picked)
-        return g.binary("add", x, picked)
+    if reduce_add:  # (bool: the one dtype left here)
+        return g.binary("or", x, picked)
     return g.where(any_hit, picked, x)
 
 
@@ -331,7 +315,7 @@ def _scatter(x, dim, index, src, reduce_add):
     if not node.shape:
         node, idx = g.reshape(node, (1,)), g.reshape(idx, (1,))
         s = g.reshape(s, (1,))
-    out = _scatter_node(node, dim, idx, s, reduce_add)
+    out = _scatter_node(node, dim, idx, s, reduce_add, widen_halves=True)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
 
 
@@ -436,7 +420,7 @@ def index(x, indices):
     m = 1
     for s_ in shape:
         m *= s_
-    out = _onehot_take(node, 0, g.reshape(flat, (m,))) if m and node.shape[0] else \
+    out = index_take(node, 0, g.reshape(flat, (m,))) if m and node.shape[0] else \
         g.const(0, node.dtype, (m,) + rest)
     out = g.reshape(out, shape + rest)
     out = g.permute(out, _place(len(shape), len(rest), position))

@@ -14,8 +14,6 @@ from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import meta, read, wrap, zdtype
-from .index import row_hits
-from .matmul import matmul_nodes
 from .registry import aten, register
 
 
@@ -372,10 +370,10 @@ def nll_loss2d_backward(grad_output, x, target, weight, reduction, ignore_index,
 @register(aten.embedding_dense_backward.default)
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     """The embedding's weight gradient: each row of ``grad_output`` added to the row its index
-    names, indices out of range or equal to ``padding_idx`` skipped, in the accumulation dtype
-    (PyTorch's decomposition). Recorded as one matmul, the indices' one-hot (num_weights x N)
-    times the gradient rows (N x D), instead of the decomposition's ~15 dispatched ops (~0.6 ms
-    of recording on the 2-core box, every step of a model with an embedding)."""
+    names (in index order, as CPU torch), indices out of range or equal to ``padding_idx``
+    skipped, in the accumulation dtype (PyTorch's decomposition). Recorded as one scatter-add
+    (graph.scatter_add: tokens x width additions) instead of the decomposition's ~15 dispatched
+    ops (~0.6 ms of recording on the 2-core box, every step of a model with an embedding)."""
     if scale_grad_by_freq or indices.dtype not in (torch.int64, torch.int32):
         raise NotImplementedError  # (the decomposition: counts per index, or its error)
     node = read(grad_output)
@@ -386,12 +384,15 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     if not compute.is_float or count == 0 or num_weights == 0 or len(rest) != 1:
         raise NotImplementedError
     flat = g.reshape(g.cast(read(indices), dtypes.int64), (count,))
-    hits = row_hits(num_weights, flat)
+    kept = g.binary("and", g.binary("le", g.const(0, dtypes.int64, (count,)), flat),
+                    g.binary("lt", flat, g.const(num_weights, dtypes.int64, (count,))))
     if padding_idx >= 0:
-        kept = g.binary("ne", flat, g.const(padding_idx, dtypes.int64, (count,)))
-        hits = g.binary("and", hits, g.expand(g.reshape(kept, (1, count)), hits.shape))
-    rows = g.reshape(g.cast(node, compute), (count,) + rest)
-    out = matmul_nodes(g.cast(hits, compute), rows)
+        kept = g.binary("and", kept, g.binary("ne", flat, g.const(padding_idx, dtypes.int64, (count,))))
+    shape = (count,) + rest
+    rows = g.where(g.expand(g.reshape(kept, (count, 1)), shape), g.reshape(g.cast(node, compute), shape),
+                   g.const(0, compute, shape))
+    index = g.expand(g.reshape(g.where(kept, flat, g.const(0, dtypes.int64, (count,))), (count, 1)), shape)
+    out = g.scatter_add(g.const(0, compute, (num_weights,) + rest), index, rows, 0)
     return wrap(g.cast(out, result), grad_output._storage.device)
 
 
@@ -412,7 +413,7 @@ def _bag_of(indices: Node, offsets: Node, bags: int) -> Node:
 
 
 def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx):
-    from .index import _onehot_take  # the shared one-hot row gather
+    from .index import index_take  # the shared row gather
 
     if indices.dim() != 1 or offsets.dim() != 1:
         raise NotImplementedError("zyx: embedding_bag expects 1-D indices and offsets")
@@ -434,7 +435,7 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
     if padding_idx is not None and padding_idx >= 0:
         keep = g.binary("ne", idx, g.const(padding_idx, dtypes.int64, (n,)))
     acc = _acc_dtype(w.dtype)
-    picked = g.cast(_onehot_take(w, 0, idx), acc)  # (n, dim)
+    picked = g.cast(index_take(w, 0, idx), acc)  # (n, dim)
     if per_sample_weights is not None:
         psw = g.cast(read(per_sample_weights), acc)
         picked = g.binary("mul", picked, g.expand(g.reshape(psw, (n, 1)), (n, dim)))
@@ -511,13 +512,13 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indice
         src = g.expand(g.reshape(gy, (1, bags, dim)), wide)
         out = g.reduce("sum", g.where(take, src, g.const(0, acc, wide)), (1,))
         return wrap(g.cast(g.reshape(out, (num_weights, dim)), zdtype(grad.dtype)), dev)
-    from .index import _onehot_take
+    from .index import index_take
 
     bag = g.cast(read(offset2bag), dtypes.int64)
     valid = g.binary("le", g.const(0, dtypes.int64, (n,)), bag)
-    per_pos = _onehot_take(gy, 0, bag)  # (n, dim): the gradient of each position's bag
+    per_pos = index_take(gy, 0, bag)  # (n, dim): the gradient of each position's bag
     if mode == 1:
-        size = g.cast(_onehot_take(g.reshape(g.cast(read(bag_size), acc), (bags, 1)), 0, bag), acc)
+        size = g.cast(index_take(g.reshape(g.cast(read(bag_size), acc), (bags, 1)), 0, bag), acc)
         per_pos = g.binary("div", per_pos, g.expand(g.binary("max", size, g.const(1, acc, (n, 1))), (n, dim)))
     if per_sample_weights is not None:
         psw = g.cast(read(per_sample_weights), acc)
@@ -537,7 +538,7 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_indice
 def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode,
                                               padding_idx=-1):
     """d/d(per-sample weight p) = <gradient of p's bag, weight row p names> (0 for padding)."""
-    from .index import _onehot_take
+    from .index import index_take
 
     if mode != 0:
         raise RuntimeError("embedding_bag_backward: per_sample_weights only supported for mode='sum'")
@@ -546,8 +547,8 @@ def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, of
     idx = g.cast(read(indices), dtypes.int64)
     bag = g.cast(read(offset2bag), dtypes.int64)
     n = idx.shape[0]
-    rows = g.cast(_onehot_take(read(weight), 0, idx), acc)
-    per_pos = _onehot_take(g.cast(gy, acc), 0, bag)
+    rows = g.cast(index_take(read(weight), 0, idx), acc)
+    per_pos = index_take(g.cast(gy, acc), 0, bag)
     dot = g.reshape(g.reduce("sum", g.binary("mul", rows, per_pos), (1,)), (n,))
     keep = g.binary("le", g.const(0, dtypes.int64, (n,)), bag)
     if padding_idx is not None and padding_idx >= 0:

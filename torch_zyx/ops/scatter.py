@@ -1,9 +1,10 @@
 """Reducing scatters and mask-driven copies: scatter_reduce, index_reduce, masked_select,
 masked_scatter, put.
 
-All are one-hot constructions like ``index.py``'s: a wide tensor ``x.shape + (m,)`` marks
-which of the m source entries land on each output element, and a reduce over that last axis
-combines them (sum/prod/max/min/count). masked_select has a data-dependent size: the count of
+Sums onto the target are added in place (``index.add_at``: graph.scatter_add); the others are
+one-hot constructions like ``index.py``'s writes: a wide tensor ``x.shape + (m,)`` marks which
+of the m source entries land on each output element, and a reduce over that last axis combines
+them (sum/prod/max/min/count). masked_select has a data-dependent size: the count of
 true mask entries is realized, everything else stays lazy.
 """
 
@@ -21,9 +22,10 @@ from ..tensor import read, wrap, zdtype
 from .elementwise import floor_div
 from .index import (
     OUT_OF_RANGE,
-    _onehot_take,
     _scatter_node,
+    add_at,
     inclusive_count,
+    index_take,
     out_of_bounds,
     scatter_hits,
     true_positions,
@@ -52,7 +54,10 @@ def _identity(op: str, dtype: dtypes.DType):
 
 
 def scatter_reduce_node(x: Node, dim: int, index: Node, src: Node, op: str, include_self: bool) -> Node:
-    """x with the src entries scattered along ``dim`` combined by ``op`` (PyTorch's scatter_reduce)."""
+    """x with the src entries scattered along ``dim`` combined by ``op`` (PyTorch's scatter_reduce):
+    sums onto x are added in place (index.add_at), the rest one-hot."""
+    if op == "sum" and include_self and x.dtype != dtypes.bool_:
+        return add_at(x, dim, index, g.shrink(src, tuple((0, s) for s in index.shape)), widen_halves=True)
     out_dtype = x.dtype
     acc = _acc(out_dtype)
     x, src = g.cast(x, acc), g.cast(src, acc)
@@ -152,7 +157,7 @@ def masked_select(x, mask):
     count, positions = true_positions(g.reshape(m, (total,)), x._storage.device)
     if count == 0:
         return wrap(g.const(0, node.dtype, (0,)), x._storage.device)
-    return wrap(_onehot_take(g.reshape(node, (total,)), 0, positions), x._storage.device)
+    return wrap(index_take(g.reshape(node, (total,)), 0, positions), x._storage.device)
 
 
 @register(aten.masked_scatter.default)
@@ -173,7 +178,7 @@ def masked_scatter(x, mask, source):
     k = g.binary("sub", inclusive_count(flag), g.const(1, dtypes.int64, (total,)))
     k = g.binary("min", g.binary("max", k, g.const(0, dtypes.int64, (total,))),
                  g.const(source.numel() - 1, dtypes.int64, (total,)))
-    taken = _onehot_take(g.reshape(read(source), (source.numel(),)), 0, k)
+    taken = index_take(g.reshape(read(source), (source.numel(),)), 0, k)
     out = g.where(flag, taken, g.reshape(node, (total,)))
     return wrap(g.reshape(out, node.shape), x._storage.device)
 
