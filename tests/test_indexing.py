@@ -200,6 +200,40 @@ def test_scatter_adds_add_in_cpu_order(dtype, no_fallback):
     check(lambda t, i, s: t.index_put((i - 6, i % 5), s[:, 0], accumulate=True), x, rows, src, **EXACT)
     check(lambda t, i, s: t.put(i * 5 - 30, s[:, 0], accumulate=True), x, rows, src, **EXACT)
     check(lambda t, i, s: t.scatter_reduce(0, i, s, "sum"), x, index, src, **EXACT)
+    check(lambda t, i, s: t[:, 0].index_add(0, i, s[:, 0]), x, rows, src, **EXACT)  # 1-D: ATen's own path
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool])
+def test_scatter_writes_keep_the_last_entry(dtype, no_fallback):
+    """Several entries writing one element: the last one in index order stays, as on CPU."""
+    gen = torch.Generator().manual_seed(4)
+    x, src = make((6, 5), dtype), make((30, 5), dtype, seed=5)
+    rows = torch.randint(0, 6, (30,), generator=gen)
+    index = torch.randint(0, 6, (30, 5), generator=gen)
+    check(lambda t, i, s: t.scatter(0, i, s), x, index, src, **EXACT)
+    check(lambda t, i, s: t.index_put((i,), s), x, rows, src, **EXACT)
+    check(lambda t, i, s: t.index_copy(0, i[:6].argsort(), s[:6]), x, rows, src, **EXACT)
+    check(lambda t, i, s: (t.__setitem__((i - 6, slice(1, 3)), s[:, 1:3]), t)[1], x, rows, src, mutates=(0,),
+          **EXACT)
+    check(lambda t, i: (t.__setitem__(i, t[0] + t[1]), t)[1], x, rows, mutates=(0,), **EXACT)
+
+
+def test_writes_to_a_large_target_follow_the_entries(no_fallback):
+    """Writing 3 rows of a 100,000-row cache (a KV cache's update): the target is copied once,
+    the write itself is 3 rows, not a one-hot over the cache."""
+    cache, new = make((100_000, 8), torch.float32), make((3, 8), torch.float32, seed=1)
+    where = torch.tensor([99_999, 17, 4_242])
+
+    def update(c, v, i):
+        c = c.clone()
+        c[i] = v
+        c.index_add_(0, i, v)
+        return c
+
+    out, plans = _plans_of(update, cache, new, where)
+    assert_close(out, update(cache, new, where), **EXACT)
+    work = sum(loop.work for plan in plans for loop in plan.kernels_ir)
+    assert work < 100_000 * 8 * 4, work
 
 
 def test_scatter_adds_in_place_fused_and_chained(no_fallback):
@@ -215,8 +249,11 @@ def test_scatter_adds_in_place_fused_and_chained(no_fallback):
     check(chain, x, y, rows, mutates=(0,))
     check(lambda t, s, i: (t + 1).scatter_add(0, i.cumsum(0) % 8, s), x, y, rows.view(20, 1).expand(20, 4))
     # bool keeps the one-hot path (an add of bools is an or)
-    check(lambda t, i: t.index_put((i,), torch.ones(20, 4, dtype=torch.bool), accumulate=True),
-          make((8, 4), torch.bool), rows)
+    flags = make((8, 4), torch.bool)
+    check(lambda t, i: t.index_put((i,), torch.ones(20, 4, dtype=torch.bool), accumulate=True), flags, rows)
+    check(lambda t, i, s: t.index_add(0, i, s), flags, rows, make((20, 4), torch.bool, seed=6))
+    check(lambda t, i, s: t.scatter_add(0, i, s), flags, rows.view(20, 1).expand(20, 4),
+          make((20, 4), torch.bool, seed=7))
 
 
 def test_embedding_gradient_work_follows_the_tokens(no_fallback):

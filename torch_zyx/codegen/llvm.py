@@ -351,8 +351,9 @@ class LLVMRenderer:
         innermost ones (a load that does not change in them is read once per iteration of the
         loops it does use): x in ``x * 2``, the rows of layer norm and their first element; not
         its weight, read again for every row, nor a matmul operand, read again for every
-        output column, nor a gathered table (read where the data says). The CPU runtime prefetches their vector loads past the caches
-        (runtime/cpu.py). Only with alias scopes, which name a load's buffer."""
+        output column, nor a gathered table (read where the data says). The CPU runtime
+        prefetches their vector loads past the caches (runtime/cpu.py). Only with alias scopes,
+        which name a load's buffer."""
         if self.kernel.n_buffers < 2:
             return []
         instrs = self.kernel.instrs

@@ -462,7 +462,7 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
         kernel = self.kernel
         shape = kernel.stores[0].value.shape
         view = kernel.stores[0].view
-        if view is not None and view[0] == "scatter_add":
+        if view is not None and view[0] == "scatter":
             global_size, work = self.lower_scatter(kernel.stores[0])
             return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
                               work=work, bytes=work * kernel.stores[0].value.dtype.itemsize, flops=work)

@@ -1,5 +1,6 @@
-"""Lowering of scatter kernels: a ``SCATTER_ADD`` store (the kernelizer's ``("scatter_add", axis,
-index, target shape)`` view) as loops that add each entry where its index points.
+"""Lowering of scatter kernels: a ``SCATTER`` store (the kernelizer's ``("scatter", (axis,
+combine), index, target shape)`` view) as loops that add or write each entry where its index
+points.
 
 Part of stage 4 (lowering; the ``Lowerer`` mixes this in). The kernel walks the entries along
 the scattered axis in order, and inside each step the positions off that axis in parallel: the
@@ -7,7 +8,8 @@ runtime splits those (the outer RANGE over 'start'/'end') across threads or work
 block of neighbouring positions per outer iteration (a cache line of them: two threads never
 write one line). Every target element is then updated by one thread only, one entry after the
 other in axis order: no atomics, and the same additions in the same order, with the same
-rounding, as CPU torch's loops (half values too: each addition rounds to the element's dtype).
+rounding, as CPU torch's loops (half values too: each addition rounds to the element's dtype),
+or of several writes the last one kept, as there.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ _BLOCK_BYTES = 64
 
 class ScatterLowering:
     def lower_scatter(self, store) -> tuple[int, int]:
-        """Emit the loops of a scatter-add store; returns (outer iterations, work estimate)."""
-        _kind, axis, index, target_shape = store.view
+        """Emit the loops of a scatter store; returns (outer iterations, work estimate)."""
+        _kind, (axis, combine), index, target_shape = store.view
         src = store.value
         shape = src.shape
         dtype = src.dtype
@@ -54,8 +56,10 @@ class ScatterLowering:
         (value,) = self.emit(src, [lane])
         dims[axis] = self.data_position(position, target_shape[axis])
         at = self.index(Index(target_shape, tuple(dims)).linear)
-        old = self.add("LOAD", dtype, (buf, at), pure=False)
-        self.add("STORE", None, (buf, at, self.add("ALU", dtype, (old, value), "add", pure=False)), pure=False)
+        if combine == "add":
+            old = self.add("LOAD", dtype, (buf, at), pure=False)
+            value = self.add("ALU", dtype, (old, value), "add", pure=False)
+        self.add("STORE", None, (buf, at, value), pure=False)
         if inner_rng is not None:
             self.close_range(inner_rng)
         self.close_range(rng)

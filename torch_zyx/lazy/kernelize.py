@@ -18,7 +18,9 @@ Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/0
     of an expensive computed value;
   * a reduce appends to its input's kernel (elementwise work before and after it fuses);
   * a gather (data-dependent read) fuses like a movement whose position is a value: its table
-    and index are stored first when they hold a reduce (or the table is costly);
+    and index are stored first when they hold a reduce (or the table is costly); a scatter
+    (data-dependent write) is stored like a strided write, its entries and index fused into
+    its kernel;
   * a reduce over trailing axes broadcast back over them ("row reduce": softmax's max and sum,
     layer norm's statistics) is not stored: its consumers over the same rows share its kernel,
     where lowering runs it once per row before the row's elementwise loop (one kernel for
@@ -63,8 +65,8 @@ INLINE_FLOATS = frozenset((0.0, 1.0, -1.0, 2.0, 0.5))
 class KernelStore:
     target: int  # temp index written
     value: Node  # AST of the stored value
-    # None: contiguous; (shape, strides, offset): a strided region (SETVIEW); ("scatter_add",
-    # axis, index AST, target shape): ``value`` added where ``index`` points (SCATTER_ADD).
+    # None: contiguous; (shape, strides, offset): a strided region (SETVIEW); ("scatter", (axis,
+    # combine), index AST, target shape): ``value`` added or written where ``index`` points.
     view: tuple | None = None
 
 
@@ -249,7 +251,7 @@ class Kernelizer:
                         self._mark_store(src)
                 if self.alu_ops[id(srcs[0])] > _EXPAND_RECOMPUTE_OPS:
                     self._mark_store(srcs[0])
-            elif node.op == "SCATTER_ADD":
+            elif node.op == "SCATTER":
                 # Its kernel reads the entries and their positions one axis step at a time (see
                 # codegen/lower_scatter.py): a reduce in them is computed before.
                 for src in srcs[1:]:
@@ -278,7 +280,7 @@ class Kernelizer:
                         and not all(r is not None and r.op == "EXPAND" and self._row_split(r)
                                     for r in self.non_elementwise_readers[id(src)])):
                     self._mark_store(src)
-            if node.op in ("SETVIEW", "SCATTER_ADD"):
+            if node.op in ("SETVIEW", "SCATTER"):
                 self._mark_store(node)
             self._summarize(node, row_split)
             own = 1 if node.op in g.ELEMENTWISE or node.op in ("REDUCE", "RANDOM") else 0
@@ -378,7 +380,7 @@ class Kernelizer:
             stores = []
             for target, value, view in stores_spec:
                 slot(("tmp", target))
-                if view is not None and view[0] == "scatter_add":
+                if view is not None and view[0] == "scatter":
                     view = (view[0], view[1], ast(view[2]), view[3])
                 stores.append(KernelStore(target, ast(value, top=view is None and id(value) in self.stored
                                                       and temp_of.get(id(value)) == target), view))
@@ -407,9 +409,9 @@ class Kernelizer:
         for node in self.order:
             if id(node) not in self.stored:
                 continue
-            if node.op in ("SETVIEW", "SCATTER_ADD"):
+            if node.op in ("SETVIEW", "SCATTER"):
                 base, value = node.srcs[0], node.srcs[-1]
-                if id(base) in self.stored and base.op in ("SETVIEW", "SCATTER_ADD") and self.rc[id(base)] == 1:
+                if id(base) in self.stored and base.op in ("SETVIEW", "SCATTER") and self.rc[id(base)] == 1:
                     temp = temp_of[id(base)]  # scatter in place: nobody else reads the old value
                 else:
                     temp = len(temps)
@@ -418,8 +420,8 @@ class Kernelizer:
                 temp_of[id(node)] = temp
                 if node.op == "SETVIEW":
                     view = node.arg
-                else:  # the entries are added in place (codegen/lower_scatter.py)
-                    view = ("scatter_add", node.arg, node.srcs[1], node.shape)
+                else:  # entries added or written in place (codegen/lower_scatter.py)
+                    view = ("scatter", node.arg, node.srcs[1], node.shape)
                 emit(new_kernel([(temp, value, view)], self.fusion_of(value)), merge=False)
                 continue
             temp = len(temps)

@@ -266,38 +266,24 @@ def add_at(x: Node, dim: int, index: Node, src: Node, widen_halves: bool) -> Nod
     kernels accumulate them in float)."""
     index = _wrap_negative(index, x.shape[dim])
     if widen_halves and x.dtype in _HALVES:
-        wide = g.scatter_add(g.cast(x, dtypes.float32), index, g.cast(src, dtypes.float32), dim)
+        wide = g.scatter(g.cast(x, dtypes.float32), index, g.cast(src, dtypes.float32), dim, "add")
         return g.cast(wide, x.dtype)
-    return g.scatter_add(x, index, src, dim)
+    return g.scatter(x, index, src, dim, "add")
 
 
 def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool,
                   widen_halves: bool = False) -> Node:
-    """x with x[.., index[i], ..] (+)= src[i] along ``dim``: added in place (``add_at``) or, for
-    writes and bool, one-hot over index's entries."""
-    if reduce_add and x.dtype != dtypes.bool_:
-        return add_at(x, dim, index, g.shrink(src, tuple((0, s) for s in index.shape)), widen_halves)
-    nd = len(x.shape)
-    m = index.shape[dim]
-    hit, src_w = scatter_hits(x, dim, index, src)
-    wide = hit.shape
+    """x with x[.., index[i], ..] (+)= src[i] along ``dim`` (graph.scatter: of several entries
+    for one element the last one written, or all added in order); an add of bools (an or)
+    one-hot over index's entries."""
+    src = g.shrink(src, tuple((0, s) for s in index.shape))
     if not reduce_add:
-        # Several entries writing one element: the last one wins (as PyTorch's CPU kernels),
-        # so keep only the hit with the largest entry number.
-        k = g.expand(g.reshape(g.iota((m,)), (1,) * nd + (m,)), wide)
-        last = g.reduce("max", g.where(hit, k, g.const(-1, dtypes.int64, wide)), (nd,))
-        hit = g.binary("and", hit, g.binary("eq", k, g.expand(last, wide)))
-    if x.dtype == dtypes.bool_:
-        picked = g.reduce("max", g.binary("and", hit, src_w), (nd,))
-        any_hit = g.reduce("max", hit, (nd,))
-    else:
-        picked = g.reduce("sum", g.where(hit, src_w, g.const(0, x.dtype, wide)), (nd,))
-        any_hit = g.reduce("max", hit, (nd,))
-    picked = g.reshape(picked, x.shape)
-    any_hit = g.reshape(any_hit, x.shape)
-    if reduce_add:  # (bool: the one dtype left here)
-        return g.binary("or", x, picked)
-    return g.where(any_hit, picked, x)
+        return g.scatter(x, _wrap_negative(index, x.shape[dim]), src, dim, "set")
+    if x.dtype != dtypes.bool_:
+        return add_at(x, dim, index, src, widen_halves)
+    hit, src_w = scatter_hits(x, dim, index, src)
+    picked = g.reduce("max", g.binary("and", hit, src_w), (len(x.shape),))
+    return g.binary("or", x, g.reshape(picked, x.shape))
 
 
 def _scatter(x, dim, index, src, reduce_add):

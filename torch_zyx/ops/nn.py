@@ -372,7 +372,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     """The embedding's weight gradient: each row of ``grad_output`` added to the row its index
     names (in index order, as CPU torch), indices out of range or equal to ``padding_idx``
     skipped, in the accumulation dtype (PyTorch's decomposition). Recorded as one scatter-add
-    (graph.scatter_add: tokens x width additions) instead of the decomposition's ~15 dispatched
+    (graph.scatter: tokens x width additions) instead of the decomposition's ~15 dispatched
     ops (~0.6 ms of recording on the 2-core box, every step of a model with an embedding)."""
     if scale_grad_by_freq or indices.dtype not in (torch.int64, torch.int32):
         raise NotImplementedError  # (the decomposition: counts per index, or its error)
@@ -392,7 +392,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     rows = g.where(g.expand(g.reshape(kept, (count, 1)), shape), g.reshape(g.cast(node, compute), shape),
                    g.const(0, compute, shape))
     index = g.expand(g.reshape(g.where(kept, flat, g.const(0, dtypes.int64, (count,))), (count, 1)), shape)
-    out = g.scatter_add(g.const(0, compute, (num_weights,) + rest), index, rows, 0)
+    out = g.scatter(g.const(0, compute, (num_weights,) + rest), index, rows, 0, "add")
     return wrap(g.cast(out, result), grad_output._storage.device)
 
 

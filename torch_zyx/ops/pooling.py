@@ -6,8 +6,8 @@ copy) and reduce over the kernel axes; their backward scatter-adds per window po
 function of the output position, so no strided view exists: each spatial axis is gathered
 separately (axis by axis) through a one-hot compare of "window start + kernel offset" against
 the input positions and a sum, giving the same (lead..., *out, *kernel) window tensor. Their
-backward scatters the gradient to the flat input positions the indices name (one-hot over the
-plane). Half types accumulate in float32.
+backward adds the gradient at the flat input positions the indices name (graph.scatter).
+Half types accumulate in float32.
 """
 
 from __future__ import annotations
@@ -338,17 +338,13 @@ def _gathered_positions(starts: list[Node], kernel: list[int], size, lead) -> No
 
 def _scatter_to_plane(grad: Node, index: Node, size, dtype) -> Node:
     """Gradient of a pool with indices: each output's gradient added at the flat input-plane
-    position ``index`` names (one-hot over the plane). grad/index: (lead..., *out)."""
+    position ``index`` names (graph.scatter). grad/index: (lead..., *out)."""
     nsp = len(size)
     lead = grad.shape[:len(grad.shape) - nsp]
     nout = math.prod(grad.shape[len(lead):])
-    plane = math.prod(size)
-    gy = g.reshape(accumulate(grad), lead + (1, nout))
-    idx = g.reshape(index, lead + (1, nout))
-    wide = lead + (plane, nout)
-    positions = g.reshape(g.iota((plane,)), (1,) * len(lead) + (plane, 1))
-    hit = g.binary("eq", g.expand(idx, wide), g.expand(positions, wide))
-    total = g.reduce("sum", g.where(hit, g.expand(gy, wide), g.const(0, gy.dtype, wide)), (len(wide) - 1,))
+    gy = g.reshape(accumulate(grad), lead + (nout,))
+    idx = g.reshape(g.cast(index, dtypes.int64), lead + (nout,))
+    total = g.scatter(g.const(0, gy.dtype, lead + (math.prod(size),)), idx, gy, len(lead), "add")
     return g.cast(g.reshape(total, lead + tuple(size)), dtype)
 
 

@@ -1,7 +1,7 @@
 """Reducing scatters and mask-driven copies: scatter_reduce, index_reduce, masked_select,
 masked_scatter, put.
 
-Sums onto the target are added in place (``index.add_at``: graph.scatter_add); the others are
+Sums onto the target are added in place (``index.add_at``: graph.scatter); the others are
 one-hot constructions like ``index.py``'s writes: a wide tensor ``x.shape + (m,)`` marks which
 of the m source entries land on each output element, and a reduce over that last axis combines
 them (sum/prod/max/min/count). masked_select has a data-dependent size: the count of
@@ -269,7 +269,12 @@ def index_add(x, dim, index, source, alpha=1):
     check_index(_vector(index), 0, node.shape[d], x._storage.device, IndexError, OUT_OF_RANGE)
     if alpha != 1:
         src = g.binary("mul", src, g.const(alpha, src.dtype, src.shape))
-    out = scatter_reduce_node(node, d, idx, src, "sum", True)
+    if node.dtype == dtypes.bool_:  # (an or: one-hot)
+        out = scatter_reduce_node(node, d, idx, src, "sum", True)
+    else:
+        # (ATen's CPU kernel adds the half values of a 1-D tensor one by one in half precision,
+        # those of others in float)
+        out = add_at(node, d, idx, src, widen_halves=x.dim() > 1)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
 
 
