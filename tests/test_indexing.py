@@ -236,6 +236,21 @@ def test_writes_to_a_large_target_follow_the_entries(no_fallback):
     assert work < 100_000 * 8 * 4, work
 
 
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_reducing_scatters_combine_in_place(reduce, dtype, no_fallback):
+    gen = torch.Generator().manual_seed(3)
+    x, src = make((5, 4), dtype, low=-3, high=3), make((12, 4), dtype, seed=8, low=-3, high=3)
+    index = torch.randint(0, 5, (12, 4), generator=gen)
+    rows = torch.randint(0, 5, (12,), generator=gen)
+    if dtype.is_floating_point:
+        src[3, 1] = float("nan")  # propagated by max/min as on CPU
+    for include_self in (True, False):
+        check(lambda t, i, s, k=include_self: t.scatter_reduce(0, i, s, reduce, include_self=k), x, index, src)
+        if reduce != "sum":
+            check(lambda t, i, s, k=include_self: t.index_reduce(0, i, s, reduce, include_self=k), x, rows, src)
+
+
 def test_scatter_adds_in_place_fused_and_chained(no_fallback):
     x, y = make((8, 4), torch.float32), make((20, 4), torch.float32, seed=3)
     rows = torch.randint(0, 8, (20,), generator=torch.Generator().manual_seed(2))
@@ -254,6 +269,9 @@ def test_scatter_adds_in_place_fused_and_chained(no_fallback):
     check(lambda t, i, s: t.index_add(0, i, s), flags, rows, make((20, 4), torch.bool, seed=6))
     check(lambda t, i, s: t.scatter_add(0, i, s), flags, rows.view(20, 1).expand(20, 4),
           make((20, 4), torch.bool, seed=7))
+    for reduce in ("sum", "prod", "amax", "amin"):  # (CPU torch has no bool mean)
+        check(lambda t, i, s, r=reduce: t.scatter_reduce(0, i, s, r), flags, rows.view(20, 1).expand(20, 4),
+              make((20, 4), torch.bool, seed=7))
 
 
 def test_embedding_gradient_work_follows_the_tokens(no_fallback):

@@ -1,6 +1,6 @@
 """Lowering of scatter kernels: a ``SCATTER`` store (the kernelizer's ``("scatter", (axis,
-combine), index, target shape)`` view) as loops that add or write each entry where its index
-points.
+combine), index, target shape)`` view) as loops that combine (add, mul, max, min) or write
+each entry where its index points.
 
 Part of stage 4 (lowering; the ``Lowerer`` mixes this in). The kernel walks the entries along
 the scattered axis in order, and inside each step the positions off that axis in parallel: the
@@ -56,9 +56,9 @@ class ScatterLowering:
         (value,) = self.emit(src, [lane])
         dims[axis] = self.data_position(position, target_shape[axis])
         at = self.index(Index(target_shape, tuple(dims)).linear)
-        if combine == "add":
+        if combine != "set":  # add, mul, max, min: the binary op of that name
             old = self.add("LOAD", dtype, (buf, at), pure=False)
-            value = self.add("ALU", dtype, (old, value), "add", pure=False)
+            value = self.add("ALU", dtype, (old, value), combine, pure=False)
         self.add("STORE", None, (buf, at, value), pure=False)
         if inner_rng is not None:
             self.close_range(inner_rng)

@@ -16,8 +16,8 @@ Primitive set (DESIGN.md "Lazy graph"):
   STRIDED  (shape, strides, offset) view of a flat node
   SETVIEW  flat ``base`` with the strided region ``arg`` replaced by ``value``
   GATHER   ``table`` read at data-dependent positions along axis ``arg``   arg: the axis
-  SCATTER  ``base`` with ``src`` added or written at data-dependent positions
-                                                         arg: (axis, "add" | "set")
+  SCATTER  ``base`` with ``src`` combined or written at data-dependent positions
+                                                         arg: (axis, "add"|"mul"|"max"|"min"|"set")
 """
 
 from __future__ import annotations
@@ -230,14 +230,15 @@ def gather(table: Node, index: Node, axis: int) -> Node:
 
 
 def scatter(base: Node, index: Node, src: Node, axis: int, combine: str) -> Node:
-    """``base`` with ``src[c]`` added (``combine`` "add") or written ("set") at ``c`` with
-    ``c[axis]`` replaced by ``index[c]``, for every position ``c`` of ``src`` (torch.scatter_add
-    and torch.scatter: int64 ``index`` of ``src``'s shape, of ``base``'s rank, no longer than
-    ``base`` along the other axes). The entries landing on one element are taken in ``c[axis]``
-    order, as CPU torch takes them: added one after the other, or the last one written. Entries
-    must lie in [0, base.shape[axis]) (callers check them; a kernel clamps them). Work follows
-    ``src``: a one-hot construction would compare every entry with every position of ``base``."""
-    assert combine in ("add", "set")
+    """``base`` with ``src[c]`` combined into (``combine`` "add", "mul", "max", "min": the element
+    becomes ``element op src[c]``) or written to ("set") position ``c`` with ``c[axis]`` replaced
+    by ``index[c]``, for every position ``c`` of ``src`` (torch.scatter_reduce and torch.scatter:
+    int64 ``index`` of ``src``'s shape, of ``base``'s rank, no longer than ``base`` along the
+    other axes). The entries landing on one element are taken in ``c[axis]`` order, as CPU
+    torch takes them: combined one after the other, or the last one written. Entries must lie
+    in [0, base.shape[axis]) (callers check them; a kernel clamps them). Work follows ``src``: a
+    one-hot construction would compare every entry with every position of ``base``."""
+    assert combine in ("add", "mul", "max", "min", "set")
     assert index.dtype == dtypes.int64 and index.shape == src.shape and src.dtype == base.dtype
     assert len(src.shape) == len(base.shape)
     assert all(a <= b or d == axis for d, (a, b) in enumerate(zip(src.shape, base.shape)))

@@ -231,30 +231,6 @@ def gather(x, dim, index, sparse_grad=False):
     return wrap(_gather_node(node, dim, idx), x._storage.device)
 
 
-def scatter_hits(x: Node, dim: int, index: Node, src: Node) -> tuple[Node, Node]:
-    """One-hot view of a scatter along ``dim``: (hit, src_w) of shape x.shape + (m,), m =
-    index.shape[dim]; hit[.., p, .., k] is true where entry k of index's row targets p."""
-    n = x.shape[dim]
-    nd = len(x.shape)
-    m = index.shape[dim]
-    # wide: x's shape with an extra trailing axis over index positions along dim.
-    idx = _wrap_negative(index, n)
-    src = g.shrink(src, tuple((0, s) for s in index.shape))
-    pad_to_x = tuple((0, (x.shape[i] - index.shape[i]) if i != dim else 0) for i in range(nd))
-    idx = g.pad(g.binary("add", idx, g.const(1, dtypes.int64, idx.shape)), pad_to_x)  # 0 marks "no entry"
-    src = g.pad(src, pad_to_x)
-    full = tuple(x.shape[i] if i != dim else 1 for i in range(nd)) + (m,)
-    perm = tuple(range(dim)) + (nd,) + tuple(range(dim + 1, nd)) + (dim,)
-    idx_w = g.expand(g.permute(g.reshape(idx, idx.shape + (1,)), perm), full)
-    src_w = g.expand(g.permute(g.reshape(src, src.shape + (1,)), perm), full)
-    wide = x.shape + (m,)
-    idx_w = g.expand(idx_w, wide)
-    src_w = g.expand(src_w, wide)
-    pos = g.expand(g.reshape(g.binary("add", g.iota((n,)), g.const(1, dtypes.int64, (n,))),
-                             (1,) * dim + (n,) + (1,) * (nd - dim - 1) + (1,)), wide)
-    return g.binary("eq", idx_w, pos), src_w
-
-
 _HALVES = (dtypes.float16, dtypes.bfloat16)
 
 
@@ -274,16 +250,13 @@ def add_at(x: Node, dim: int, index: Node, src: Node, widen_halves: bool) -> Nod
 def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool,
                   widen_halves: bool = False) -> Node:
     """x with x[.., index[i], ..] (+)= src[i] along ``dim`` (graph.scatter: of several entries
-    for one element the last one written, or all added in order); an add of bools (an or)
-    one-hot over index's entries."""
+    for one element the last one written, or all added in order; bools added as int32, an or)."""
     src = g.shrink(src, tuple((0, s) for s in index.shape))
     if not reduce_add:
         return g.scatter(x, _wrap_negative(index, x.shape[dim]), src, dim, "set")
-    if x.dtype != dtypes.bool_:
-        return add_at(x, dim, index, src, widen_halves)
-    hit, src_w = scatter_hits(x, dim, index, src)
-    picked = g.reduce("max", g.binary("and", hit, src_w), (len(x.shape),))
-    return g.binary("or", x, g.reshape(picked, x.shape))
+    if x.dtype == dtypes.bool_:
+        return g.cast(add_at(g.cast(x, dtypes.int32), dim, index, g.cast(src, dtypes.int32), False), x.dtype)
+    return add_at(x, dim, index, src, widen_halves)
 
 
 def _scatter(x, dim, index, src, reduce_add):

@@ -1,11 +1,10 @@
 """Reducing scatters and mask-driven copies: scatter_reduce, index_reduce, masked_select,
 masked_scatter, put.
 
-Sums onto the target are added in place (``index.add_at``: graph.scatter); the others are
-one-hot constructions like ``index.py``'s writes: a wide tensor ``x.shape + (m,)`` marks which
-of the m source entries land on each output element, and a reduce over that last axis combines
-them (sum/prod/max/min/count). masked_select has a data-dependent size: the count of
-true mask entries is realized, everything else stays lazy.
+The reducing scatters are graph.scatter nodes (entries combined in place, in entry order, by
+add/mul/max/min), in the accumulation dtype (float32 for half types, int32 for bool).
+masked_select has a data-dependent size: the count of true mask entries is realized,
+everything else stays lazy.
 """
 
 from __future__ import annotations
@@ -23,11 +22,11 @@ from .elementwise import floor_div
 from .index import (
     OUT_OF_RANGE,
     _scatter_node,
+    _wrap_negative,
     add_at,
     inclusive_count,
     index_take,
     out_of_bounds,
-    scatter_hits,
     true_positions,
 )
 from .registry import aten, broadcast_shape, dtype_name, register
@@ -53,34 +52,30 @@ def _identity(op: str, dtype: dtypes.DType):
     return 0
 
 
+_COMBINE = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
 def scatter_reduce_node(x: Node, dim: int, index: Node, src: Node, op: str, include_self: bool) -> Node:
-    """x with the src entries scattered along ``dim`` combined by ``op`` (PyTorch's scatter_reduce):
-    sums onto x are added in place (index.add_at), the rest one-hot."""
-    if op == "sum" and include_self and x.dtype != dtypes.bool_:
-        return add_at(x, dim, index, g.shrink(src, tuple((0, s) for s in index.shape)), widen_halves=True)
+    """x with the src entries scattered along ``dim`` combined by ``op`` (PyTorch's scatter_reduce),
+    each a graph.scatter in the accumulation dtype: without ``include_self`` the elements an
+    entry names first take the op's identity; a mean divides by the count of entries (plus one
+    for x itself), an add of ones scattered alongside."""
     out_dtype = x.dtype
     acc = _acc(out_dtype)
-    x, src = g.cast(x, acc), g.cast(src, acc)
-    nd = len(x.shape)
-    hit, src_w = scatter_hits(x, dim, index, src)
-    wide = hit.shape
-    rop = {"sum": "sum", "mean": "sum", "prod": "prod", "amax": "max", "amin": "min"}[op]
-    picked = g.reduce(rop, g.where(hit, src_w, g.const(_identity(op, acc), acc, wide)), (nd,))
-    picked = g.reshape(picked, x.shape)
-    any_hit = g.reshape(g.reduce("max", hit, (nd,)), x.shape)
+    x, src = g.cast(x, acc), g.cast(g.shrink(src, tuple((0, n) for n in index.shape)), acc)
+    index = _wrap_negative(index, x.shape[dim])
+    base = x
+    if not include_self:
+        identity = g.const(_identity(op, acc), acc, src.shape)
+        base = g.scatter(x, index, identity, dim, "set")
+    combined = g.scatter(base, index, src, dim, _COMBINE[op])
     if op == "mean":
-        count = g.reshape(g.reduce("sum", g.cast(hit, acc), (nd,)), x.shape)
-        if include_self:
-            picked = g.binary("add", picked, x)
-            count = g.binary("add", count, g.const(1, acc, x.shape))
-        count = g.binary("max", count, g.const(1, acc, x.shape))
+        ones = g.const(1, acc, src.shape)
+        count = g.scatter(g.const(1 if include_self else 0, acc, x.shape), index, ones, dim, "add")
+        count = g.binary("max", count, g.const(1, acc, x.shape))  # (untouched: x / 1)
         # Integer means round down, as ATen's div_(count, rounding_mode="floor").
-        combined = g.binary("div", picked, count) if acc.is_float else floor_div(picked, count)
-    elif not include_self:
-        combined = picked
-    else:
-        combined = g.binary({"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}[op], x, picked)
-    return g.cast(g.where(any_hit, combined, x), out_dtype)
+        combined = g.binary("div", combined, count) if acc.is_float else floor_div(combined, count)
+    return g.cast(combined, out_dtype)
 
 
 def _check_reduce(reduce: str, name: str, allowed=_REDUCES) -> None:
@@ -269,7 +264,7 @@ def index_add(x, dim, index, source, alpha=1):
     check_index(_vector(index), 0, node.shape[d], x._storage.device, IndexError, OUT_OF_RANGE)
     if alpha != 1:
         src = g.binary("mul", src, g.const(alpha, src.dtype, src.shape))
-    if node.dtype == dtypes.bool_:  # (an or: one-hot)
+    if node.dtype == dtypes.bool_:  # (added as int32: an or)
         out = scatter_reduce_node(node, d, idx, src, "sum", True)
     else:
         # (ATen's CPU kernel adds the half values of a 1-D tensor one by one in half precision,
