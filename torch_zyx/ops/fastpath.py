@@ -1,8 +1,9 @@
 """Recording fast paths of the elementwise table ops: the per-op cost of every model.
 
 The commonest signatures skip elementwise.py's general lowerings: a dense tensor that is its
-whole storage (any op's fresh result), not 0-d, with a Python scalar or another such tensor of
-its shape and dtype, or alone (unary ops), and no cast needed. Each check and lookup is inline
+whole storage (any op's fresh result, 0-d ones too: BatchNorm's batch counter), with a Python
+scalar or another such tensor of its shape and dtype, or alone (unary ops), and no cast
+needed. Each check and lookup is inline
 (a Python call costs ~0.1 us), the node is interned by graph.binary_node / the table function,
 and the result wrapped by tensor.wrap_like (shape, strides, device and size taken from the
 input) or, for in-place forms, assigned to the input's storage (tensor.assign_whole: no result
@@ -34,11 +35,11 @@ _binary_node = g.binary_node
 
 
 def whole_node(x) -> Node | None:
-    """``x``'s node when ``x`` is a zyx tensor, not 0-d, that is its whole storage (dense, and
-    as many elements: a fresh result, or a realized tensor), else None."""
+    """``x``'s node when ``x`` is a zyx tensor that is its whole storage (dense, and as many
+    elements: a fresh result, or a realized tensor; 0-d ones too), else None."""
     if x.__class__ is ZyxTensor:
         meta = x._zmeta
-        if meta is not None and meta[3] and meta[0]:
+        if meta is not None and meta[3]:
             storage = x._storage
             node = storage._shaped
             if node is not None and node.shape == meta[0]:
@@ -66,7 +67,7 @@ def _fast_binary(name: str, kind, slow, inplace: bool):
         # whole_node(x), its commonest case (an op's fresh result) inline: a call less per op
         xn = x._storage._shaped if x.__class__ is ZyxTensor else None
         meta = x._zmeta if xn is not None else None
-        if meta is None or not meta[3] or xn.shape != meta[0] or not meta[0]:
+        if meta is None or not meta[3] or xn.shape != meta[0]:
             xn = whole_node(x)
             if xn is None:
                 return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
@@ -130,7 +131,7 @@ def _fast_binary(name: str, kind, slow, inplace: bool):
             if last[5] is not xn.dtype:  # (a comparison's bool result written into x)
                 raise NotImplementedError
             return assign_whole(x, node)
-        if xn is None or meta is None or not meta[3] or xn.shape != meta[0] or not meta[0]:
+        if xn is None or meta is None or not meta[3] or xn.shape != meta[0]:
             return general(x, y)
         yc = y.__class__
         by_dtype = plans_by_class.get(yc)
