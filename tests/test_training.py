@@ -544,3 +544,22 @@ def test_embedding_backward_matches_cpu(dtype, monkeypatch):
     emb(indices).square().sum().backward()
     emb_zyx(indices.to("zyx")).square().sum().backward()
     assert_close(emb_zyx.weight.grad, emb.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_step_records_without_decompositions(monkeypatch):
+    """A training step of BatchNorm: its 0-d batch counter's add_(1) takes the elementwise fast
+    path (no trip through dispatch's in-place path), and counter and running statistics match
+    CPU torch after three steps."""
+    torch.manual_seed(0)
+    cpu = torch.nn.BatchNorm1d(6)
+    zyx = torch.nn.BatchNorm1d(6).to("zyx")
+    calls = _unlowered_calls(monkeypatch)
+    for step in range(3):
+        x = torch.randn(5, 6) + step
+        cpu(x).sum().backward()
+        zyx(x.to("zyx")).sum().backward()
+    assert "aten.add_.Tensor" not in calls
+    assert zyx.num_batches_tracked.item() == cpu.num_batches_tracked.item() == 3
+    assert_close(zyx.running_mean, cpu.running_mean)
+    assert_close(zyx.running_var, cpu.running_var)
+    assert_close(zyx.weight.grad, cpu.weight.grad)
