@@ -3,11 +3,10 @@
 Fixed-size pools view the padded input as sliding windows (conv.windows: one strided view, no
 copy) and reduce over the kernel axes; their backward scatter-adds per window position
 (conv.unwindow). Adaptive and fractional pools have windows whose starts are not an affine
-function of the output position, so no strided view exists: each spatial axis is gathered
-separately (axis by axis) through a one-hot compare of "window start + kernel offset" against
-the input positions and a sum, giving the same (lead..., *out, *kernel) window tensor. Their
-backward adds the gradient at the flat input positions the indices name (graph.scatter).
-Half types accumulate in float32.
+function of the output position, so no strided view exists: each spatial axis is read
+separately (axis by axis) by a gather of the positions "window start + kernel offset", giving
+the same (lead..., *out, *kernel) window tensor. Their backward adds the gradient at the flat
+input positions the indices name (graph.scatter). Half types accumulate in float32.
 """
 
 from __future__ import annotations
@@ -289,27 +288,24 @@ def _gather_windows(x: Node, starts: list[Node], kernel: list[int], fill) -> Nod
     nsp = len(starts)
     lead = x.shape[:-nsp]
     nl = len(lead)
-    # Axis by axis: move the spatial axis last, replace it by (out, kernel) through a one-hot
-    # sum over the input positions, and keep the new axes at the end.
+    # Axis by axis: move the spatial axis last, replace it by (out, kernel) through a gather of
+    # the input positions, and keep the new axes at the end.
     for i in range(nsp):
         n_in = x.shape[nl]
         n_out, k = starts[i].shape[-1], kernel[i]
         rest = x.shape[nl + 1:]
         moved = g.permute(x, tuple(range(nl)) + tuple(range(nl + 1, len(x.shape))) + (nl,))
-        wide = lead + rest + (n_out, k, n_in)
+        out_shape = lead + rest + (n_out, k)
         table = starts[i]
         table = g.reshape(table, (table.shape[:-1] if table.shape[:-1] else (1,) * nl) + (1,) * len(rest)
-                          + (n_out, 1, 1))
-        offsets = g.reshape(g.iota((k,)), (1,) * (nl + len(rest)) + (1, k, 1))
-        pos_shape = table.shape[:-2] + (k, 1)
-        want = g.binary("add", g.expand(table, pos_shape), g.expand(offsets, pos_shape))
-        positions = g.reshape(g.iota((n_in,)), (1,) * (len(wide) - 1) + (n_in,))
-        hit = g.binary("eq", g.expand(want, wide), g.expand(positions, wide))
-        src = g.expand(g.reshape(moved, lead + rest + (1, 1, n_in)), wide)
-        picked = g.reduce("sum", g.where(hit, src, g.const(0, x.dtype, wide)), (len(wide) - 1,))
-        inside = g.reduce("max", hit, (len(wide) - 1,))
-        picked = g.where(inside, picked, g.const(fill, x.dtype, picked.shape))
-        x = g.reshape(picked, wide[:-1])
+                          + (n_out, 1))
+        offsets = g.reshape(g.iota((k,)), (1,) * (nl + len(rest)) + (1, k))
+        pos_shape = table.shape[:-1] + (k,)
+        want = g.expand(g.binary("add", g.expand(table, pos_shape), g.expand(offsets, pos_shape)), out_shape)
+        rows = g.expand(g.reshape(moved, lead + rest + (1, n_in)), lead + rest + (n_out, n_in))
+        picked = g.gather(rows, want, len(out_shape) - 1)  # (past the input: clamped, then masked)
+        inside = g.binary("lt", want, g.const(n_in, dtypes.int64, out_shape))
+        x = g.where(inside, picked, g.const(fill, x.dtype, out_shape))
     # Layout now: lead, o0, k0, o1, k1, ...: bring all window axes in front of the kernel axes.
     order = (tuple(range(nl)) + tuple(nl + 2 * i for i in range(nsp))
              + tuple(nl + 2 * i + 1 for i in range(nsp)))
