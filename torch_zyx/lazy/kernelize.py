@@ -59,6 +59,9 @@ _ROW_FUSE_SMALL = 1 << 15
 # Float constants kept in the code (structural values that lowering and LLVM fold): others are
 # scalar parameters, loaded at run time (nodes_py.is_scalar_param).
 INLINE_FLOATS = frozenset((0.0, 1.0, -1.0, 2.0, 0.5))
+# Nodes that write into a copy of their first source (a strided region, scattered entries):
+# always stored, in place when nothing else reads that source.
+_WRITES = ("SETVIEW", "SCATTER")
 
 
 @dataclass
@@ -66,7 +69,7 @@ class KernelStore:
     target: int  # temp index written
     value: Node  # AST of the stored value
     # None: contiguous; (shape, strides, offset): a strided region (SETVIEW); ("scatter", (axis,
-    # combine), index AST, target shape): ``value`` added or written where ``index`` points.
+    # combine), index AST, target shape): ``value`` combined or written where ``index`` points.
     view: tuple | None = None
 
 
@@ -280,7 +283,7 @@ class Kernelizer:
                         and not all(r is not None and r.op == "EXPAND" and self._row_split(r)
                                     for r in self.non_elementwise_readers[id(src)])):
                     self._mark_store(src)
-            if node.op in ("SETVIEW", "SCATTER"):
+            if node.op in _WRITES:
                 self._mark_store(node)
             self._summarize(node, row_split)
             own = 1 if node.op in g.ELEMENTWISE or node.op in ("REDUCE", "RANDOM") else 0
@@ -409,9 +412,9 @@ class Kernelizer:
         for node in self.order:
             if id(node) not in self.stored:
                 continue
-            if node.op in ("SETVIEW", "SCATTER"):
+            if node.op in _WRITES:
                 base, value = node.srcs[0], node.srcs[-1]
-                if id(base) in self.stored and base.op in ("SETVIEW", "SCATTER") and self.rc[id(base)] == 1:
+                if id(base) in self.stored and base.op in _WRITES and self.rc[id(base)] == 1:
                     temp = temp_of[id(base)]  # scatter in place: nobody else reads the old value
                 else:
                     temp = len(temps)
@@ -420,7 +423,7 @@ class Kernelizer:
                 temp_of[id(node)] = temp
                 if node.op == "SETVIEW":
                     view = node.arg
-                else:  # entries added or written in place (codegen/lower_scatter.py)
+                else:  # entries combined or written in place (codegen/lower_scatter.py)
                     view = ("scatter", node.arg, node.srcs[1], node.shape)
                 emit(new_kernel([(temp, value, view)], self.fusion_of(value)), merge=False)
                 continue

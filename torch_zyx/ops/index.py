@@ -2,9 +2,9 @@
 
 Data-dependent reads are gathers (graph.gather): each output element is read from the
 position its index entry names, in the kernel that uses it, work proportional to the output.
-Data-dependent writes (scatter, index_put, index_fill) are one-hot selections:
-``out[j] = where(any_i(idx[i] == j), src[i], x[j])`` built from IOTA, compare and a reduce,
-O(len(idx) * len(dim)) arithmetic; they fuse like everything else, with no host round trip.
+Data-dependent writes (scatter, scatter_add, index_put) are scatters (graph.scatter): each
+entry written or added where it points, work proportional to the entries. index_fill and
+embedding_renorm_ mark the named positions with a one-hot compare over the indexed axis.
 """
 
 from __future__ import annotations
@@ -239,23 +239,24 @@ def add_at(x: Node, dim: int, index: Node, src: Node, widen_halves: bool) -> Nod
     ones counted from the end; checked by the caller), in entry order as CPU torch adds them.
     Each addition rounds to x's dtype (index_put's accumulate, put), or with ``widen_halves``
     half values are added in float32 and rounded once (scatter_add, index_add: CPU torch's
-    kernels accumulate them in float)."""
+    kernels accumulate them in float). Bools are added as int32 (an or)."""
     index = _wrap_negative(index, x.shape[dim])
-    if widen_halves and x.dtype in _HALVES:
-        wide = g.scatter(g.cast(x, dtypes.float32), index, g.cast(src, dtypes.float32), dim, "add")
-        return g.cast(wide, x.dtype)
-    return g.scatter(x, index, src, dim, "add")
+    if x.dtype == dtypes.bool_:
+        wide = dtypes.int32
+    elif widen_halves and x.dtype in _HALVES:
+        wide = dtypes.float32
+    else:
+        return g.scatter(x, index, src, dim, "add")
+    return g.cast(g.scatter(g.cast(x, wide), index, g.cast(src, wide), dim, "add"), x.dtype)
 
 
 def _scatter_node(x: Node, dim: int, index: Node, src: Node, reduce_add: bool,
                   widen_halves: bool = False) -> Node:
     """x with x[.., index[i], ..] (+)= src[i] along ``dim`` (graph.scatter: of several entries
-    for one element the last one written, or all added in order; bools added as int32, an or)."""
+    for one element the last one written, or all added in order: ``add_at``)."""
     src = g.shrink(src, tuple((0, s) for s in index.shape))
     if not reduce_add:
         return g.scatter(x, _wrap_negative(index, x.shape[dim]), src, dim, "set")
-    if x.dtype == dtypes.bool_:
-        return g.cast(add_at(g.cast(x, dtypes.int32), dim, index, g.cast(src, dtypes.int32), False), x.dtype)
     return add_at(x, dim, index, src, widen_halves)
 
 

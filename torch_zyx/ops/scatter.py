@@ -264,12 +264,9 @@ def index_add(x, dim, index, source, alpha=1):
     check_index(_vector(index), 0, node.shape[d], x._storage.device, IndexError, OUT_OF_RANGE)
     if alpha != 1:
         src = g.binary("mul", src, g.const(alpha, src.dtype, src.shape))
-    if node.dtype == dtypes.bool_:  # (added as int32: an or)
-        out = scatter_reduce_node(node, d, idx, src, "sum", True)
-    else:
-        # (ATen's CPU kernel adds the half values of a 1-D tensor one by one in half precision,
-        # those of others in float)
-        out = add_at(node, d, idx, src, widen_halves=x.dim() > 1)
+    # (ATen's CPU kernel adds the half values of a 1-D tensor one by one in half precision,
+    # those of others in float)
+    out = add_at(node, d, idx, src, widen_halves=x.dim() > 1)
     return wrap(g.reshape(out, tuple(x.shape)), x._storage.device)
 
 
