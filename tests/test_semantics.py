@@ -426,3 +426,99 @@ def test_index_error_surfaces_at_the_next_synchronization_once():
     with pytest.raises(RuntimeError, match="index 8 is out of bounds"):
         (a + b).cpu()
     assert (x * 2).cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+def _expanded(v):
+    return v[:3][None].expand(3, 3)
+
+
+def _ints(values, like):
+    return torch.tensor(values, device=like.device)
+
+
+# Writes whose destination overlaps itself or an input, each run on a fresh arange(12.) (CPU
+# torch 2.13 refuses many with "unsupported operation: ..."; zyx must refuse the same ones and
+# compute the others as CPU torch does).
+OVERLAP_CASES = {
+    # the destination's own elements overlap (an expanded tensor)
+    "expanded add_": lambda v: _expanded(v).add_(1),
+    "expanded relu_": lambda v: _expanded(v).relu_(),
+    "expanded lerp_": lambda v: _expanded(v).lerp_(torch.ones_like(v[:9]).view(3, 3), 0.5),
+    "expanded copy_": lambda v: _expanded(v).copy_(torch.ones_like(v[:9]).view(3, 3)),
+    "expanded clamp_": lambda v: _expanded(v).clamp_(0, 1),
+    "expanded div_ tensor": lambda v: _expanded(v).div_(v[3:6] + 1),
+    "expanded mm out": lambda v: torch.mm(v[:9].view(3, 3), v[:9].view(3, 3), out=_expanded(v.clone())),
+    "expanded cumsum_": lambda v: _expanded(v).cumsum_(0),
+    "expanded scatter_": lambda v: _expanded(v).scatter_(1, _ints([[0], [1], [2]], v), 1.0),
+    "expanded fill_": lambda v: (_expanded(v).fill_(2), v)[1],
+    "expanded zero_": lambda v: (_expanded(v).zero_(), v)[1],
+    # an input partly overlaps the destination
+    "shift by setitem": lambda v: v.__setitem__(slice(1, None), v[:-1]),
+    "shift by copy_": lambda v: v[1:].copy_(v[:-1]),
+    "sub_ shifted": lambda v: v[1:].sub_(v[:-1]),
+    "pow_ shifted": lambda v: v[1:].pow_(v[:-1] / 10),
+    "add_ broadcast row of self": lambda v: v.view(3, 4).add_(v[:4]),
+    "add_ 0-d view of self": lambda v: v.add_(v[0]),
+    "add out shifted": lambda v: torch.add(v[1:5], v[1:5], out=v[:4]),
+    "clamp out shifted": lambda v: torch.clamp(v[:4], 0, 1, out=v[2:6]),
+    "same span, other strides": lambda v: v.view(3, 4).add_(v.view(4, 3).t()),
+    "copy_ transposed self": lambda v: v.view(3, 4).copy_(v.view(4, 3).t()),
+    "index_put_ values of self": lambda v: v.index_put_((_ints([4, 5], v),), v[:2]),
+    "index_copy_ of self": lambda v: v.index_copy_(0, _ints([4, 5], v), v[:2]),
+    "index_add_ of self": lambda v: v.index_add_(0, _ints([0, 1], v), v[:2]),
+    "scatter_ of self": lambda v: v.scatter_(0, _ints([4, 5], v), v[:2]),
+    "cumsum out shifted": lambda v: torch.cumsum(v[:5], 0, out=v[2:7]),
+    "cat out over its inputs": lambda v: torch.cat([v[:2], v[2:4]], out=v[1:5]),
+    "cat out exactly its inputs": lambda v: torch.cat([v[:2], v[2:4]], out=v[:4]),
+    "index_select out of self": lambda v: torch.index_select(v[:4], 0, _ints([0, 1], v), out=v[3:5]),
+    # allowed: exactly the same elements, disjoint parts, spans ATen does not judge, no check.
+    # (Reductions and matmuls into an output that partly overlaps their input are allowed as well;
+    # CPU torch's results there depend on its kernels' order, zyx computes the values as if the
+    # input were copied first: not compared.)
+    "add_ self": lambda v: v.add_(v),
+    "add out exactly the input": lambda v: torch.add(v, 1, out=v),
+    "mul_ other row": lambda v: v.view(3, 4)[0].mul_(v.view(3, 4)[1]),
+    "add_ non-dense halves": lambda v: v.view(3, 4)[:, :2].add_(v.view(3, 4)[:, 1:3]),
+    "masked_fill_ by own mask": lambda v: v.masked_fill_(v > 5, 0.0),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Use of")
+@pytest.mark.parametrize("name", OVERLAP_CASES)
+def test_overlapping_writes_like_cpu(name):
+    fn = OVERLAP_CASES[name]
+    cpu = torch.arange(12.0)
+    try:
+        result, cpu_error = fn(cpu), None
+    except RuntimeError as error:
+        cpu_error = error
+    zyx = torch.arange(12.0, device="zyx")
+    if cpu_error is None:
+        zyx_result = fn(zyx)
+        assert_close(zyx, cpu)
+        if isinstance(result, torch.Tensor):
+            assert_close(zyx_result, result)
+        return
+    with pytest.raises(RuntimeError) as zyx_error:
+        fn(zyx)
+    assert str(zyx_error.value) == str(cpu_error)
+    assert_close(zyx, torch.arange(12.0))  # nothing was written
+
+
+# out= tensors of a dtype the op cannot write into: ATen's error, raised before anything runs.
+OUT_DTYPE_CASES = {
+    "gather": lambda x, out: torch.gather(x, 1, torch.zeros_like(out, dtype=torch.long), out=out),
+    "multinomial": lambda x, out: torch.multinomial(x.abs() + 1, 2, out=out),
+    "aminmax": lambda x, out: torch.aminmax(x, dim=1, out=(out, out.clone())),
+}
+
+
+@pytest.mark.parametrize("name", OUT_DTYPE_CASES)
+def test_out_dtype_errors_like_cpu(name):
+    fn = OUT_DTYPE_CASES[name]
+    x = torch.arange(6.0).reshape(2, 3)
+    with pytest.raises(RuntimeError) as cpu_error:
+        fn(x, torch.zeros(2, 2, dtype=torch.float64))
+    with pytest.raises(RuntimeError) as zyx_error:
+        fn(x.to("zyx"), torch.zeros(2, 2, dtype=torch.float64, device="zyx"))
+    assert str(zyx_error.value) == str(cpu_error.value)

@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import warnings
 
 import torch
 from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_map
 
-from . import device_guard
+from . import device_guard, overlap
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
-from .tensor import ZyxTensor, defer_error, from_cpu, meta, read, set_dispatcher, to_cpu, wrap, write
+from .tensor import ZyxTensor, defer_error, from_cpu, read, set_dispatcher, to_cpu, wrap, write
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
@@ -79,66 +78,23 @@ def _out_args(func, kwargs):
     return [kwargs[a.name] for a in func._schema.arguments if a.is_out and a.name in kwargs]
 
 
-# Ops whose out= forms ATen refuses when the output shares any memory with an input, even the
-# very same elements (assert_no_overlap; elementwise ops accept an output that is exactly an input).
-_NO_OVERLAP_OUT = frozenset({"index_select", "take", "masked_select", "gather", "kthvalue"})
-_INTERNAL_OVERLAP_ERROR = ("unsupported operation: more than one element of the written-to tensor refers to "
-                           "a single memory location. Please clone() the tensor before performing the "
-                           "operation.")
-_OVERLAP_ERROR = ("unsupported operation: some elements of the input tensor and the written-to tensor "
-                  "refer to a single memory location. Please clone() the tensor before performing the "
-                  "operation.")
-
-
 # Ops whose out= forms must have the result's dtype exactly (ATen's structured kernels that are
-# not elementwise).
-_EXACT_DTYPE_OUT = frozenset({"gather", "aminmax"})
+# not elementwise), with ATen's message when it is not the common one.
+_EXACT_DTYPE_OUT = {"gather": None, "aminmax": None,
+                    "multinomial": "multinomial expects Long tensor out, got: {got}"}
 
 
 def _check_out_dtype(op_name: str, outs, results) -> None:
     if op_name not in _EXACT_DTYPE_OUT:
         return
+    message = _EXACT_DTYPE_OUT[op_name]
     for out, value in zip(outs, results):
-        if out.dtype != value.dtype:
-            raise RuntimeError(f"Expected out tensor to have dtype {registry.type_meta_name(value.dtype)}, "
-                               f"but got {registry.type_meta_name(out.dtype)} instead")
-
-
-def _dense_span(t) -> tuple[int, int] | None:
-    """The element range [start, end) of ``t``'s storage that ``t`` covers when its elements fill it
-    without gaps or repeats (any order of axes), else None: like ATen, overlap is only judged there."""
-    shape, strides, offset, _dense = meta(t)
-    axes = sorted((stride, size) for size, stride in zip(shape, strides) if size != 1)
-    expected = 1
-    for stride, size in axes:
-        if stride != expected:
-            return None
-        expected *= size
-    return offset, offset + math.prod(shape)
-
-
-def _check_out_overlap(op_name: str, outs, args) -> None:
-    """ATen's assert_no_internal_overlap for every out= tensor (an expanded one: two of its
-    elements would be one memory location), and its assert_no_overlap with the inputs for the
-    out= forms of ``_NO_OVERLAP_OUT``."""
-    for out in outs:
-        if isinstance(out, ZyxTensor):
-            shape, strides, _offset, _dense = meta(out)
-            if any(stride == 0 and size > 1 for size, stride in zip(shape, strides)):
-                raise RuntimeError(_INTERNAL_OVERLAP_ERROR)
-    if op_name not in _NO_OVERLAP_OUT:
-        return
-    inputs = [a for a in args if isinstance(a, ZyxTensor)]
-    for out in outs:
-        if not isinstance(out, ZyxTensor) or out.numel() == 0:
+        if out.dtype == value.dtype:
             continue
-        span = _dense_span(out)
-        for tensor in inputs:
-            if tensor._storage is not out._storage or tensor.numel() == 0:
-                continue
-            other = _dense_span(tensor)
-            if span is not None and other is not None and span[0] < other[1] and other[0] < span[1]:
-                raise RuntimeError(_OVERLAP_ERROR)
+        if message is not None:
+            raise RuntimeError(message.format(got=_dtype_name(out.dtype)))
+        raise RuntimeError(f"Expected out tensor to have dtype {registry.type_meta_name(value.dtype)}, "
+                           f"but got {registry.type_meta_name(out.dtype)} instead")
 
 
 def _assign(dst, value) -> None:
@@ -199,15 +155,17 @@ def _dispatch_unlowered(func, args, kwargs):
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names} if kwargs else kwargs
         if outs:
             op_name = func._schema.name.split("::")[-1]
-            _check_out_overlap(op_name, outs, args)
+            overlap.check_write(func, outs, (args, tuple(call_kwargs.values())) if call_kwargs else args)
             result = dispatch(functional, args, call_kwargs)
             results = result if isinstance(result, (tuple, list)) else (result,)
             _check_out_dtype(op_name, outs, results)
             for dst, value in zip(outs, results):
                 _assign(dst, value)
             return outs[0] if len(outs) == 1 else tuple(outs)
-        result = dispatch(functional, args, call_kwargs)
         dst = args[0]
+        inputs = (args[1:], tuple(call_kwargs.values())) if call_kwargs else args[1:]
+        overlap.check_write(func, (dst,), inputs)
+        result = dispatch(functional, args, call_kwargs)
         if dst.__class__ is ZyxTensor and result.__class__ is ZyxTensor:
             same_dtype = dst._storage.dtype is result._storage.dtype  # (a tensor's dtype is its storage's)
         else:

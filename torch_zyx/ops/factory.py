@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from .. import dtypes
+from .. import dtypes, overlap
 from ..lazy import graph as g
 from ..tensor import Storage, ZyxTensor, from_cpu, read, restride, to_cpu, wrap, write, zdtype
 from ..tensor import meta as meta_of
@@ -127,6 +127,8 @@ def copy_(dst, src, non_blocking=False):
     if not isinstance(dst, ZyxTensor):
         dst.copy_(to_cpu(src))
         return dst
+    overlap.check_internal(dst)
+    overlap.check_inputs(dst, (src,))
     node = _source_node(src, dst._storage.device)
     try:
         torch.broadcast_shapes(tuple(src.shape), tuple(dst.shape))
