@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (registration)
     pooling,
     reduce,
     resample,
+    rnn,
     sampling,
     scan,
     scatter,
