@@ -34,7 +34,8 @@ def _register() -> None:
     _registered = True
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    from . import device_guard, device_module, dispatch  # noqa: F401  (dispatch registers the lowerings)
+    # (dispatch registers the lowerings)
+    from . import autocast, device_guard, device_module, dispatch  # noqa: F401
     from .ops import factory
 
     # Before the set-up below, which registers PyTorch's Python guard unless one exists.
@@ -56,6 +57,7 @@ def _register() -> None:
     lib.impl("arange.start", factory.arange_start_end, "PrivateUse1")
     lib.impl("arange.start_step", factory.arange, "PrivateUse1")
     _LIBRARIES.append(lib)
+    autocast.install()
 
 
 def _copy_from_and_resize(src, dst):

@@ -5,6 +5,7 @@ module here registers its ops on import.
 """
 
 from . import (  # noqa: F401  (registration)
+    amp,
     conv,
     ctc,
     distance,
