@@ -155,3 +155,45 @@ def test_fused_gru_cell_ops(dtype):
         assert got.dtype == dtype
         torch.testing.assert_close(got.cpu().double(), expected, **tol)
     assert torch.ops.aten._thnn_fused_gru_cell_backward(grad_hy.to("zyx"), workspace, False)[3] is None
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_packed_sequences_match_cpu(cell, enforce_sorted):
+    torch.manual_seed(0)
+    module = (nn.LSTM if cell == "lstm" else nn.GRU)(4, 6, batch_first=True)
+    x = torch.randn(3, 5, 4)
+    lengths = torch.tensor([5, 3, 2]) if enforce_sorted else torch.tensor([2, 5, 3])
+    results = []
+    for device in ("cpu", "zyx"):
+        net = copy.deepcopy(module).to(device)
+        inputs = x.to(device).detach().requires_grad_()
+        packed = nn.utils.rnn.pack_padded_sequence(inputs, lengths, batch_first=True,
+                                                   enforce_sorted=enforce_sorted)
+        assert packed.batch_sizes.device.type == "cpu"
+        out, state = net(packed)
+        padded, out_lengths = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+        hidden = state[0] if cell == "lstm" else state
+        (padded.sum() + hidden.pow(2).sum()).backward()
+        results.append([padded.detach(), hidden.detach(), out.data.detach(), inputs.grad,
+                        *[p.grad for p in net.parameters()]])
+        assert out_lengths.tolist() == lengths.tolist()
+    assert_close(results[1], results[0], rtol=1e-4, atol=1e-5)
+
+
+LENGTH_ERRORS = {
+    "unsorted": torch.tensor([2, 3]),
+    "zero length": torch.tensor([3, 0]),
+    "wrong count": torch.tensor([3, 2, 1]),
+    "not int64": torch.tensor([3.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("name", LENGTH_ERRORS)
+def test_pack_padded_sequence_errors_like_cpu(name):
+    x = torch.randn(3, 2, 4)
+    with pytest.raises(RuntimeError) as cpu_error:
+        torch.ops.aten._pack_padded_sequence(x, LENGTH_ERRORS[name], False)
+    with pytest.raises(RuntimeError) as zyx_error:
+        torch.ops.aten._pack_padded_sequence(x.to("zyx"), LENGTH_ERRORS[name], False)
+    assert str(zyx_error.value) == str(cpu_error.value)

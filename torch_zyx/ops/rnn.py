@@ -10,6 +10,9 @@ kernel with the matmuls' results as inputs), computed as CUDA's kernels compute 
 for half inputs, with the same saved workspace layout, so the forward and backward ops pair up
 exactly as on CUDA.
 
+``_pack_padded_sequence`` (``nn.utils.rnn.pack_padded_sequence``) has only a device-generic
+C++ kernel, which zyx does not run (it would read device memory); it is one gather here.
+
 Gate layout, per batch row: LSTM ``[input, forget, cell, output]`` x hidden, GRU
 ``[reset, input, new]`` x hidden. The LSTM workspace holds the four activated gates; the GRU
 workspace ``[reset, input, new, hx, hidden new gate + its bias]``.
@@ -17,12 +20,17 @@ workspace ``[reset, input, new, hx, hidden new gate + its bias]``.
 
 from __future__ import annotations
 
+import itertools
+
+import torch
+
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import read, wrap
+from ..tensor import from_cpu, read, wrap
 from .elementwise import add, mul, sigmoid, sub, tanh
+from .index import index_take
 from .nn import _acc_dtype
-from .registry import aten, register
+from .registry import aten, dtype_name, register
 
 
 def _gate(node: Node, index: int, hidden: int) -> Node:
@@ -153,3 +161,46 @@ def fused_gru_cell_backward(grad_hy, workspace, has_bias):
                   _out(_summed(grad_hidden_gates, workspace), workspace, device))
     return (_out(grad_input_gates, workspace, device), _out(grad_hidden_gates, workspace, device),
             _out(grad_hx, grad_hy, device), *biases)
+
+
+def _check_lengths(lengths, batch: int, numel: int) -> list[int]:
+    """ATen's checks of ``_pack_padded_sequence``'s lengths, with its messages; the lengths."""
+    if not (lengths.dim() == 1 and lengths.device.type == "cpu" and lengths.dtype == torch.int64):
+        raise RuntimeError("'lengths' argument should be a 1D CPU int64 tensor, but got "
+                           f"{lengths.dim()}D {lengths.device} {dtype_name(lengths.dtype)} tensor")
+    if numel == 0:
+        raise RuntimeError("Cannot pack empty tensors.")
+    if lengths.shape[0] != batch:
+        raise RuntimeError(f"Expected `len(lengths)` to be equal to batch_size, but got {lengths.shape[0]} "
+                           f"(batch_size={batch})")
+    values = lengths.tolist()
+    if values[-1] <= 0:
+        raise RuntimeError("Length of all samples has to be greater than 0, but found an element in "
+                           "'lengths' that is <= 0")
+    if any(later > earlier for earlier, later in itertools.pairwise(values)):
+        raise RuntimeError("`lengths` array must be sorted in decreasing order when `enforce_sorted` is "
+                           "True. You can pass `enforce_sorted=False` to pack_padded_sequence and/or "
+                           "pack_sequence to sidestep this requirement if you do not need ONNX "
+                           "exportability.")
+    return values
+
+
+@register(aten._pack_padded_sequence.default)
+def pack_padded_sequence(input, lengths, batch_first):
+    """(data, batch_sizes): the time steps' rows of the sequences still running, step by step,
+    read with one gather; batch_sizes stays a CPU tensor, as ATen returns it. The positions come
+    from the lengths, which PyTorch requires on the CPU (no device value is read)."""
+    node = read(input)
+    if batch_first:
+        node = g.permute(node, (1, 0, *range(2, len(node.shape))))
+    steps, batch = node.shape[0], node.shape[1]
+    values = _check_lengths(lengths, batch, node.numel)
+    if values[0] > steps:
+        raise IndexError(f"index {steps} is out of bounds for dimension 0 with size {steps}")
+    batch_sizes = [sum(1 for length in values if length > step) for step in range(values[0])]
+    positions = torch.tensor([step * batch + row for step in range(values[0])
+                              for row in range(batch_sizes[step])], dtype=torch.int64)
+    device = input._storage.device
+    rows = g.reshape(node, (steps * batch, *node.shape[2:]))
+    data = index_take(rows, 0, g.reshape(from_cpu(positions, device), (positions.numel(),)))
+    return wrap(data, device), torch.tensor(batch_sizes, dtype=torch.int64)
