@@ -102,3 +102,25 @@ def test_randperm_is_permutation(n, no_fallback):
         # Each value lands in each half about equally often over several draws (no position bias).
         draws = torch.stack([torch.randperm(n, device="zyx").cpu() for _ in range(20)])
         assert abs((draws[:, : n // 2] < n // 2).float().mean().item() - 0.5) < 0.05
+
+
+def test_torch_distributions_validate_on_device(no_fallback):
+    """torch.distributions check their arguments and samples with ``_is_all_true`` (a 0-d bool of
+    a bool tensor): computed on zyx, raising as on CPU torch for an invalid argument."""
+    torch.manual_seed(0)
+    normal = torch.distributions.Normal(torch.zeros(3, device="zyx"), torch.ones(3, device="zyx"))
+    log_prob = normal.log_prob(torch.tensor([0.0, 1.0, -2.0], device="zyx"))
+    reference = torch.distributions.Normal(torch.zeros(3), torch.ones(3))
+    expected = reference.log_prob(torch.tensor([0.0, 1.0, -2.0]))
+    torch.testing.assert_close(log_prob.cpu(), expected)
+    classes = torch.distributions.Categorical(logits=torch.zeros(64, 5, device="zyx")).sample()
+    assert classes.device.type == "zyx" and classes.shape == (64,)
+    assert 0 <= int(classes.min()) and int(classes.max()) < 5
+    with pytest.raises(ValueError, match="scale"):
+        torch.distributions.Normal(torch.zeros(2, device="zyx"), torch.tensor([1.0, -1.0], device="zyx"))
+    for values in ([True, True], [True, False], [False, False], []):
+        cpu = torch.tensor(values, dtype=torch.bool)
+        zyx = cpu.to("zyx")
+        assert torch._is_all_true(zyx).item() == torch._is_all_true(cpu).item()
+        assert torch._is_any_true(zyx).item() == torch._is_any_true(cpu).item()
+        assert torch._is_all_true(zyx).shape == ()

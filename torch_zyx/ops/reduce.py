@@ -343,6 +343,21 @@ def all_(x, dim=None, keepdim=False):
     return _any_all("min", x, dim, keepdim)
 
 
+def _is_true(op: str):
+    """``_is_all_true`` (op "min") or ``_is_any_true`` ("max"): a 0-d bool of a bool tensor, what
+    ``torch.distributions``' argument checks call."""
+
+    def lowering(x):
+        if x.dtype != torch.bool:
+            raise RuntimeError("self.scalar_type() == at::kBool INTERNAL ASSERT FAILED")
+        return _any_all(op, x, None, False)
+    return lowering
+
+
+register(aten._is_all_true.default)(_is_true("min"))
+register(aten._is_any_true.default)(_is_true("max"))
+
+
 @register(aten.aminmax.default)
 def aminmax(x, dim=None, keepdim=False):
     if x.numel() == 0:
