@@ -522,3 +522,20 @@ def test_out_dtype_errors_like_cpu(name):
     with pytest.raises(RuntimeError) as zyx_error:
         fn(x.to("zyx"), torch.zeros(2, 2, dtype=torch.float64, device="zyx"))
     assert str(zyx_error.value) == str(cpu_error.value)
+
+
+def test_inference_mode_views_of_normal_tensors_like_cpu():
+    """In inference mode, a view of a tensor made outside it is a normal tensor (CPU torch's rule):
+    writing through it (a KV cache filled in an inference-mode generation loop) bumps the
+    base's version; fresh results are inference tensors."""
+    results = {}
+    for device in ("cpu", "zyx"):
+        cache = torch.zeros(2, 6, 3, device=device)
+        with torch.inference_mode():
+            for step in range(3):
+                cache[:, step] = torch.full((2, 3), float(step + 1), device=device)
+            view, fresh = cache[:, :3], cache[:, :3] * 2
+            flags = (view.is_inference(), fresh.is_inference(), cache.transpose(0, 1).is_inference())
+        results[device] = (cache, cache._version, flags)
+    assert_close(results["zyx"][0], results["cpu"][0])
+    assert results["zyx"][1:] == results["cpu"][1:]

@@ -213,18 +213,31 @@ def view_geometry(geometry, x: ZyxTensor, args, kwargs) -> tuple | None:
         return None  # arguments of another form (symbolic sizes, tensors, ...): the meta path
 
 
+_inference_mode_enabled = torch.is_inference_mode_enabled
+
+
+def view_of(x: ZyxTensor, shape, strides, offset: int) -> ZyxTensor:
+    """A view of ``x``'s storage. In inference mode a view of a normal tensor is a normal tensor,
+    as on CPU (PyTorch gives it the base's version counter, which an inference tensor refuses:
+    ``cache[:, pos] = k`` in an inference-mode loop over a cache made outside raised)."""
+    if _inference_mode_enabled() and not x.is_inference():
+        with torch.inference_mode(False):
+            return ZyxTensor(x._storage, shape, strides, offset)
+    return ZyxTensor(x._storage, shape, strides, offset)
+
+
 def _view_lowering(func):
     geometry_of = _GEOMETRY.get(func)
 
     def lowering(x, *args, **kwargs):
         geometry = view_geometry(geometry_of, x, args, kwargs)
         if geometry is not None:
-            return ZyxTensor(x._storage, *geometry)
+            return view_of(x, *geometry)
         args = tuple(_meta_of(a) if isinstance(a, ZyxTensor) else a for a in args)
         result = func(_meta_of(x), *args, **kwargs)
 
         def rewrap(r):
-            return ZyxTensor(x._storage, tuple(r.shape), tuple(r.stride()), r.storage_offset())
+            return view_of(x, tuple(r.shape), tuple(r.stride()), r.storage_offset())
 
         if isinstance(result, (list, tuple)):
             return type(result)(rewrap(r) for r in result)
