@@ -273,10 +273,10 @@ def test_error_in_backward_raises_from_backward(monkeypatch):
 
 @_NATIVE_GUARD
 def test_no_fallback_in_backward_raises_from_backward(monkeypatch):
-    # hardshrink's backward decomposes into ops including prims.device_put, whose lowering is
-    # taken out: with ZYX_CPU_FALLBACK=0 the NotImplementedError leaves backward().
+    # hardshrink's backward op, whose lowering is taken out: with ZYX_CPU_FALLBACK=0 the
+    # NotImplementedError leaves backward().
     monkeypatch.setattr(CONFIG, "cpu_fallback", False)
-    _hide_lowering(monkeypatch, torch.ops.prims.device_put.default)
+    _hide_lowering(monkeypatch, torch.ops.aten.hardshrink_backward.default)
     x = torch.randn(6, device="zyx", requires_grad=True)
     with pytest.raises(NotImplementedError, match=r"no lowering for .*ZYX_CPU_FALLBACK=0"):
         torch.nn.functional.hardshrink(x, 0.5).sum().backward()
@@ -290,7 +290,7 @@ from torch_zyx.config import CONFIG
 from torch_zyx.ops import registry
 assert not device_guard.native()
 CONFIG.cpu_fallback = False
-del registry.LOWERINGS[torch.ops.prims.device_put.default]
+del registry.LOWERINGS[torch.ops.aten.hardshrink_backward.default]
 x = torch.randn(6, device='zyx', requires_grad=True)
 torch.nn.functional.hardshrink(x, 0.5).sum().backward()
 try:
@@ -307,7 +307,7 @@ def test_no_fallback_in_backward_under_python_guard_raises_after_it():
     # error is raised at the next read, and the state is clean after.
     result = _run(_DEFERRED_SCRIPT, ZYX_NATIVE="0")
     assert result.returncode == 0, result.stderr
-    assert re.search(r"deferred: zyx: no lowering for prims\.device_put.*=0", result.stdout), result.stdout
+    assert re.search(r"deferred: zyx: no lowering for aten\.hardshrink_backward.*=0", result.stdout), result.stdout
     assert "after: (6,)" in result.stdout
 
 

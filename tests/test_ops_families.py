@@ -366,3 +366,70 @@ def test_fractional_max_pool_explicit_samples(nsp):
         return values, indices, t.grad
 
     check(run, make(shape, torch.float32), samples)
+
+
+def _grid_sample(mode, padding, corners):
+    def fn(x, grid):
+        return torch.nn.functional.grid_sample(x, grid, mode=mode, padding_mode=padding,
+                                               align_corners=corners)
+    return fn
+
+
+# Backward ops with no lowering and no decomposition of their own, derived from the forward op's
+# decomposition by autograd on the device (ops/derived_backward.py): (forward, input shapes).
+DERIVED_BACKWARD = {
+    **{f"grid_sample {mode} {padding} {corners}":
+       (_grid_sample(mode, padding, corners), [(2, 3, 5, 6), "grid"])
+       for mode in ("bilinear", "nearest", "bicubic") for padding in ("zeros", "border", "reflection")
+       for corners in (False, True)},
+    "hardshrink": (lambda x: torch.nn.functional.hardshrink(x, 0.3), [(4, 5)]),
+    "softshrink": (lambda x: torch.nn.functional.softshrink(x, 0.3), [(4, 5)]),
+    "replicate pad 1d": (lambda x: torch.nn.functional.pad(x, (2, 1), mode="replicate"), [(2, 3, 5)]),
+    "replicate pad 2d": (lambda x: torch.nn.functional.pad(x, (2, 1, 0, 3), mode="replicate"),
+                         [(2, 3, 4, 5)]),
+    "replicate pad 3d": (lambda x: torch.nn.functional.pad(x, (1, 1, 2, 0, 1, 2), mode="replicate"),
+                         [(1, 2, 3, 4, 3)]),
+    "bicubic upsampling": (lambda x: torch.nn.functional.interpolate(x, size=(7, 5), mode="bicubic"),
+                           [(2, 3, 4, 6)]),
+    "multi margin loss": (lambda x: torch.nn.functional.multi_margin_loss(
+        x, torch.tensor([1, 0, 4, 2], device=x.device), p=2, margin=0.7), [(4, 5)]),
+    "multilabel margin loss": (lambda x: torch.nn.functional.multilabel_margin_loss(
+        x, torch.tensor([[1, 3, -1, 0, 0], [4, -1, 0, 0, 0], [0, 1, 2, 3, 4], [-1, 0, 0, 0, 0]],
+                        device=x.device)), [(4, 5)]),
+}
+
+
+@pytest.mark.parametrize("name", DERIVED_BACKWARD)
+def test_derived_backward_ops_match_cpu(name, monkeypatch):
+    monkeypatch.setattr("torch_zyx.config.CONFIG.cpu_fallback", False)
+    fn, shapes = DERIVED_BACKWARD[name]
+    generator = torch.Generator().manual_seed(0)
+    inputs = [torch.rand(2, 4, 3, 2, generator=generator) * 2.2 - 1.1 if shape == "grid"
+              else torch.randn(shape, generator=generator) for shape in shapes]
+    results = []
+    for device in ("cpu", "zyx"):
+        leaves = [t.detach().to(device).requires_grad_() for t in inputs]
+        out = fn(*leaves)
+        weights = torch.linspace(-1, 1, out.numel(), device=device).view(out.shape)
+        (out * weights).sum().backward()
+        results.append([out.detach(), *[leaf.grad for leaf in leaves]])
+    for got, want in zip(results[1], results[0]):
+        assert got.device.type == "zyx"
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss_targets_ending_early(reduction, monkeypatch):
+    """Targets end at a row's first -1 (PyTorch's decomposition counted the unused slots as
+    class 0); 1-D inputs too, and ATen's shape errors."""
+    monkeypatch.setattr("torch_zyx.config.CONFIG.cpu_fallback", False)
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(1))
+    target = torch.tensor([[4, -1, 0, 0, 0, 0], [1, 3, -1, 2, 2, 2], [0, 1, 2, 3, 4, 5], [-1, 0, 0, 0, 0, 0],
+                           [5, 5, 2, -1, 1, 1]])
+    loss = torch.nn.functional.multilabel_margin_loss
+    torch.testing.assert_close(loss(x.to("zyx"), target.to("zyx"), reduction=reduction).cpu(),
+                               loss(x, target, reduction=reduction))
+    torch.testing.assert_close(loss(x[0].to("zyx"), target[0].to("zyx"), reduction=reduction).cpu(),
+                               loss(x[0], target[0], reduction=reduction))
+    with pytest.raises(RuntimeError, match="inconsistent target size"):
+        loss(x.to("zyx"), target[:, :3].to("zyx"))

@@ -26,7 +26,17 @@ from . import device_guard, overlap
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
-from .tensor import ZyxTensor, defer_error, from_cpu, read, set_dispatcher, to_cpu, wrap, write
+from .tensor import (
+    ZyxTensor,
+    defer_error,
+    from_cpu,
+    read,
+    reraise_deferred,
+    set_dispatcher,
+    to_cpu,
+    wrap,
+    write,
+)
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
@@ -125,14 +135,15 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         if pair is not None:
             try:
                 return pair(args[0], args[1])
-            except NotImplementedError:
+            except NotImplementedError as exc:
+                reraise_deferred(exc)
                 return _dispatch_unlowered(func, args, {})
     lowering = _LOWERING_OF.get(func._name)
     if lowering is not None:
         try:
             return lowering(*args, **kwargs) if kwargs else lowering(*args)
-        except NotImplementedError:
-            pass
+        except NotImplementedError as exc:
+            reraise_deferred(exc)
     return _dispatch_unlowered(func, args, kwargs or {})
 
 
@@ -141,8 +152,8 @@ def dispatch(func, args, kwargs):
     if lowering is not None:
         try:
             return lowering(*args, **kwargs)
-        except NotImplementedError:
-            pass
+        except NotImplementedError as exc:
+            reraise_deferred(exc)
     return _dispatch_unlowered(func, args, kwargs)
 
 

@@ -480,7 +480,17 @@ _deferred_errors: list[BaseException] = []
 
 
 def defer_error(error: BaseException) -> None:
+    # Marked: raised later from inside a lowering (a read realizing the storage), a deferred
+    # NotImplementedError must leave the op, not read as the lowering declining (dispatch.py).
+    error.zyx_deferred = True
     _deferred_errors.append(error)
+
+
+def reraise_deferred(exc: NotImplementedError) -> None:
+    """A lowering raising NotImplementedError declines the op, unless the error is a deferred
+    one (``defer_error``) surfacing at a read inside it: that one leaves the op."""
+    if getattr(exc, "zyx_deferred", False):
+        raise exc
 
 
 def _raise_deferred() -> None:

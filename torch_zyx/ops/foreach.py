@@ -24,7 +24,18 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
-from ..tensor import ZYX_TO_TORCH, ZyxTensor, assign_whole, from_cpu, meta, read, wrap, wrap_like, write
+from ..tensor import (
+    ZYX_TO_TORCH,
+    ZyxTensor,
+    assign_whole,
+    from_cpu,
+    meta,
+    read,
+    reraise_deferred,
+    wrap,
+    wrap_like,
+    write,
+)
 from .elementwise import addc_by_tensor, lerp_scalar_weight
 from .fastpath import whole_node
 from .registry import LOWERINGS, aten, dtype_name, register
@@ -85,8 +96,8 @@ def _call(op, args: list, kwargs: dict):
     if lowering is not None:
         try:
             return lowering(*args, **kwargs)
-        except NotImplementedError:
-            pass
+        except NotImplementedError as exc:
+            reraise_deferred(exc)
     return overload(*args, **kwargs)
 
 
