@@ -31,7 +31,8 @@ def test_matmuls_run_in_the_region_dtype(dtype):
                    F.conv2d(z[0].view(1, 1, 4, 8), z[1][:2, :4].reshape(2, 1, 2, 2))]
     low = [t.to(dtype) for t in (x, w, b)]
     expected = [F.linear(*low), low[0] @ low[1].t(), low[0] @ low[1].t(),
-                torch.addmm(low[2], low[0], low[1].t()), F.conv2d(low[0].view(1, 1, 4, 8), low[1][:2, :4].reshape(2, 1, 2, 2))]
+                torch.addmm(low[2], low[0], low[1].t()),
+                F.conv2d(low[0].view(1, 1, 4, 8), low[1][:2, :4].reshape(2, 1, 2, 2))]
     for got, want in zip(results, expected):
         assert got.dtype == dtype
         assert_close(got, want, rtol=1e-2, atol=1e-2)

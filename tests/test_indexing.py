@@ -246,9 +246,11 @@ def test_reducing_scatters_combine_in_place(reduce, dtype, no_fallback):
     if dtype.is_floating_point:
         src[3, 1] = float("nan")  # propagated by max/min as on CPU
     for include_self in (True, False):
-        check(lambda t, i, s, k=include_self: t.scatter_reduce(0, i, s, reduce, include_self=k), x, index, src)
+        check(lambda t, i, s, k=include_self: t.scatter_reduce(0, i, s, reduce, include_self=k),
+              x, index, src)
         if reduce != "sum":
-            check(lambda t, i, s, k=include_self: t.index_reduce(0, i, s, reduce, include_self=k), x, rows, src)
+            check(lambda t, i, s, k=include_self: t.index_reduce(0, i, s, reduce, include_self=k),
+                  x, rows, src)
 
 
 def test_scatter_adds_in_place_fused_and_chained(no_fallback):

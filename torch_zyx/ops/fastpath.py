@@ -6,8 +6,9 @@ scalar or another such tensor of its shape and dtype, or alone (unary ops), and 
 needed. Each check and lookup is inline (a Python call costs ~0.1 us), the node is interned
 by graph.binary_node / the table function, and the result wrapped by tensor.wrap_like (shape,
 strides, device and size taken from the input) or, for in-place forms, assigned to the input's
-storage (tensor.assign_whole: no result tensor at all). Any other case goes to the general lowering; for in-place forms, which have
-none, the lowering declines (NotImplementedError) and dispatch writes the functional result.
+storage (tensor.assign_whole: no result tensor at all). Any other case goes to the general
+lowering; for in-place forms, which have none, the lowering declines (NotImplementedError) and
+dispatch writes the functional result.
 """
 
 from __future__ import annotations
