@@ -207,14 +207,16 @@ def _arange_size(start, end, step, dtype) -> tuple[int, torch.dtype] | None:
     all_ints = all(v.__class__ is int for v in values)
     if dtype is None:
         dtype = torch.int64 if all_ints else torch.get_default_dtype()
-    if not dtype.is_floating_point and not (all_ints and dtype != torch.bool):
-        return None  # (integer results of float bounds truncate them first: ATen's own rule)
+    if dtype == torch.bool or (dtype == torch.int64 and not all_ints):
+        return None  # (int64 results of float bounds truncate them first: the meta path's rule)
     if not all(map(math.isfinite, values)):
         return None
     if step == 0 or (step > 0 and end < start) or (step < 0 and end > start):
         return None
     if all_ints:
         return -((start - end) // step), dtype
+    # Floating results, and the narrower integer ones, whose length CPU torch takes from the
+    # bounds as given (their values from the truncated start and step: see ``arange``).
     return math.ceil((float(end) - float(start)) / float(step)), dtype
 
 
@@ -228,6 +230,10 @@ def arange(start, end=None, step=1, dtype=None, layout=None, device=None, pin_me
     out_dtype = zdtype(out_torch_dtype)
     index = torch.device(device).index if device is not None else None
     compute = dtypes.float64 if out_dtype.is_float else dtypes.int64
+    if not out_dtype.is_float:
+        # CPU torch's integer aranges count from the truncated start by the truncated step
+        # (arange(0, 1, 0.1, dtype=torch.int32) is ten zeros).
+        start, step = int(start), int(step)
     values = g.binary("add", g.const(start, compute, (n,)),
                       g.binary("mul", g.cast(g.iota((n,)), compute), g.const(step, compute, (n,))))
     return wrap(g.cast(values, out_dtype), _device(index))
