@@ -14,13 +14,9 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, write
+from .elementwise import finite
 from .nn import _acc_dtype
 from .registry import aten, register
-
-
-def _finite(node: Node) -> Node:
-    """True where ``node`` (floating) is neither inf nor NaN (a NaN's comparison is false)."""
-    return g.binary("lt", g.unary("abs", node), g.const(float("inf"), node.dtype, node.shape))
 
 
 def _scalar(node: Node) -> Node:
@@ -37,10 +33,8 @@ def non_finite_check_and_unscale_(grads, found_inf, inv_scale):
         if node.numel == 0:
             continue
         value = g.cast(node, _acc_dtype(node.dtype))
-        all_finite = g.reshape(g.reduce("min", g.cast(_finite(value), dtypes.int32),
-                                        tuple(range(len(node.shape)))), ())
-        bad = g.cast(g.binary("eq", all_finite, g.const(0, dtypes.int32, ())), found.dtype)
-        found = g.binary("max", found, bad)
+        any_bad = g.reduce("max", g.unary("not", finite(value)), tuple(range(len(node.shape))))
+        found = g.binary("max", found, g.cast(g.reshape(any_bad, ()), found.dtype))
         factor = g.reshape(g.cast(inv, value.dtype), (1,) * len(value.shape))
         scaled = g.binary("mul", value, g.expand(factor, value.shape))
         write(grad, g.cast(scaled, node.dtype))
@@ -60,7 +54,7 @@ def update_scale_(scale, growth_tracker, found_inf, scale_growth_factor, scale_b
                    current.dtype)
     successful = g.binary("add", tracker, g.const(1, tracker.dtype, ()))
     grow = g.binary("eq", successful, g.const(int(growth_interval), tracker.dtype, ()))
-    kept_or_grown = g.where(g.binary("and", grow, _finite(grown)), grown, current)
+    kept_or_grown = g.where(g.binary("and", grow, finite(grown)), grown, current)
     new_scale = g.where(found, backed_off, g.where(grow, kept_or_grown, current))
     zero = g.const(0, tracker.dtype, ())
     new_tracker = g.where(found, zero, g.where(grow, zero, successful))

@@ -16,6 +16,7 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
+from ..lazy.graph import Node
 from ..tensor import ZyxTensor, meta, read, restride, wrap, zdtype
 from .registry import aten, cast, register
 
@@ -277,29 +278,34 @@ for _op, _functional in INPLACE_VIEW_OPS.items():
     register(_op)(_inplace_view_lowering(_functional))
 
 
+def concat_nodes(nodes: list[Node], axis: int) -> Node:
+    """``nodes`` (one dtype, equal shapes but along ``axis``) side by side along ``axis``: each
+    padded to the whole extent and the pieces added (or'ed, for bools)."""
+    total = sum(node.shape[axis] for node in nodes)
+    out = None
+    offset = 0
+    for node in nodes:
+        size = node.shape[axis]
+        padding = tuple((offset, total - offset - size) if i == axis else (0, 0)
+                        for i in range(len(node.shape)))
+        padded = g.pad(node, padding)
+        if out is None:
+            out = padded
+        else:
+            out = g.binary("or" if padded.dtype is dtypes.bool_ else "add", out, padded)
+        offset += size
+    return out
+
+
 @register(aten.cat.default)
 def cat(tensors, dim=0):
     tensors = [t for t in tensors]
     meta = torch.cat([torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors], dim)
     dim = dim % meta.dim() if meta.dim() else 0
-    parts = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
-    total = meta.shape[dim]
-    out = None
-    offset = 0
-    for t in parts:
-        node = cast(read(t), meta.dtype)
-        size = node.shape[dim]
-        padding = tuple((offset, total - offset - size) if i == dim else (0, 0)
-                        for i in range(len(node.shape)))
-        padded = g.pad(node, padding)
-        if out is None:
-            out = padded
-        elif meta.dtype == torch.bool:
-            out = g.binary("or", out, padded)
-        else:
-            out = g.binary("add", out, padded)
-        offset += size
-    if out is None:
+    parts = [cast(read(t), meta.dtype) for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
+    if parts:
+        out = concat_nodes(parts, dim)
+    else:
         out = g.const(0, zdtype(meta.dtype), tuple(meta.shape))
     device = next(t for t in tensors if isinstance(t, ZyxTensor))._storage.device
     return wrap(out, device)

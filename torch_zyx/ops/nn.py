@@ -14,6 +14,7 @@ from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import meta, read, wrap, zdtype
+from .elementwise import finite
 from .registry import aten, register
 
 
@@ -29,8 +30,7 @@ def softmax_node(x: Node, dim: int, log: bool) -> Node:
     if not x.shape:
         return g.const(0.0 if log else 1.0, x.dtype, ()) if True else x
     m = g.reduce("max", x, (dim,))
-    finite = g.binary("lt", g.unary("abs", m), g.const(float("inf"), m.dtype, m.shape))
-    m = g.where(finite, m, g.const(0.0, m.dtype, m.shape))
+    m = g.where(finite(m), m, g.const(0.0, m.dtype, m.shape))
     shifted = g.binary("sub", x, _bcast(m, x.shape))
     e = g.unary("exp", shifted)
     s = g.reduce("sum", e, (dim,))

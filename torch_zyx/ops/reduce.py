@@ -14,6 +14,7 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
+from .elementwise import finite
 from .registry import aten, register
 
 
@@ -312,8 +313,7 @@ def logsumexp(x, dim, keepdim=False):
         return wrap(node, x._storage.device)
     m = g.reduce("max", node, dims)
     # Infinite maxima would give inf - inf = nan: shift by 0 there instead.
-    finite = g.binary("lt", g.unary("abs", m), g.const(float("inf"), m.dtype, m.shape))
-    shift = g.where(finite, m, g.const(0.0, m.dtype, m.shape))
+    shift = g.where(finite(m), m, g.const(0.0, m.dtype, m.shape))
     e = g.unary("exp", g.binary("sub", node, g.expand(shift, node.shape)))
     out = g.binary("add", g.unary("log", g.reduce("sum", e, dims)), shift)
     return wrap(finish(out, dims, keepdim), x._storage.device)

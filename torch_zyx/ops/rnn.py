@@ -29,6 +29,7 @@ from ..lazy.graph import Node
 from ..tensor import from_cpu, read, wrap
 from .elementwise import add, mul, sigmoid, sub, tanh
 from .index import index_take
+from .movement import concat_nodes
 from .nn import _acc_dtype
 from .registry import aten, dtype_name, register
 
@@ -42,17 +43,6 @@ def _gate(node: Node, index: int, hidden: int) -> Node:
 def _bias_gate(bias: Node, index: int, hidden: int, batch: int) -> Node:
     block = g.shrink(bias, ((index * hidden, (index + 1) * hidden),))
     return g.expand(g.reshape(block, (1, hidden)), (batch, hidden))
-
-
-def _joined(blocks: list[Node]) -> Node:
-    """The (batch, hidden) ``blocks`` side by side: (batch, len(blocks) * hidden)."""
-    hidden = blocks[0].shape[1]
-    total = hidden * len(blocks)
-    out = None
-    for index, block in enumerate(blocks):
-        padded = g.pad(block, ((0, 0), (index * hidden, total - (index + 1) * hidden)))
-        out = padded if out is None else g.binary("add", out, padded)
-    return out
 
 
 def _inputs(*tensors) -> list[Node | None]:
@@ -87,7 +77,7 @@ def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
     cy = add(mul(forget_gate, c_prev), mul(in_gate, cell_gate))
     hy = mul(out_gate, tanh(cy))
     device = cx._storage.device
-    return (_out(hy, cx, device), _out(cy, cx, device), _out(_joined(activated), input_gates, device))
+    return (_out(hy, cx, device), _out(cy, cx, device), _out(concat_nodes(activated, 1), input_gates, device))
 
 
 @register(aten._thnn_fused_lstm_cell_backward_impl.default)
@@ -111,7 +101,7 @@ def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
         mul(mul(grad_cell, in_gate), sub(one, mul(cell_gate, cell_gate))),
         mul(grad_out, mul(sub(one, out_gate), out_gate)),
     ]
-    grad_gates = _joined(grads)
+    grad_gates = concat_nodes(grads, 1)
     device = cx._storage.device
     grad_bias = _out(_summed(grad_gates, workspace), workspace, device) if has_bias else None
     return (_out(grad_gates, workspace, device), _out(mul(grad_cell, forget_gate), cx, device), grad_bias)
@@ -135,7 +125,7 @@ def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=N
     new_gate = tanh(add(parts[2][0], mul(reset_gate, hidden_new)))
     hy = add(new_gate, mul(in_gate, sub(h_prev, new_gate)))
     device = hx._storage.device
-    workspace = _joined([reset_gate, in_gate, new_gate, h_prev, hidden_new])
+    workspace = concat_nodes([reset_gate, in_gate, new_gate, h_prev, hidden_new], 1)
     return _out(hy, hx, device), _out(workspace, hx, device)
 
 
@@ -152,8 +142,8 @@ def fused_gru_cell_backward(grad_hy, workspace, has_bias):
     grad_new = mul(mul(grad_h, sub(one, in_gate)), sub(one, mul(new_gate, new_gate)))
     grad_hidden_new = mul(grad_new, reset_gate)
     grad_reset = mul(mul(grad_new, hidden_new), mul(sub(one, reset_gate), reset_gate))
-    grad_input_gates = _joined([grad_reset, grad_in, grad_new])
-    grad_hidden_gates = _joined([grad_reset, grad_in, grad_hidden_new])
+    grad_input_gates = concat_nodes([grad_reset, grad_in, grad_new], 1)
+    grad_hidden_gates = concat_nodes([grad_reset, grad_in, grad_hidden_new], 1)
     device = grad_hy._storage.device
     biases = (None, None)
     if has_bias:

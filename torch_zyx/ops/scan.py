@@ -14,6 +14,7 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
+from .elementwise import finite
 from .reduce import _accumulate_dtype, _sum_dtype, check_dim
 from .registry import aten, register
 
@@ -125,8 +126,7 @@ def logcumsumexp(x, dim):
         return wrap(g.cast(node, out_dtype), x._storage.device)
     # Shift by the running maximum (0 where it is infinite, so inf - inf never makes NaN).
     m = masked_scan("max", node, dim, float("-inf"))
-    finite = g.binary("lt", g.unary("abs", m), g.const(float("inf"), m.dtype, m.shape))
-    shift = g.where(finite, m, g.const(0.0, m.dtype, m.shape))
+    shift = g.where(finite(m), m, g.const(0.0, m.dtype, m.shape))
     _x_i, x_j, i_pos, j_pos = pairs(node, dim)
     s = g.expand(g.reshape(shift, node.shape + (1,)), x_j.shape)
     e = g.unary("exp", g.binary("sub", x_j, s))
