@@ -396,6 +396,9 @@ DERIVED_BACKWARD = {
     "multilabel margin loss": (lambda x: torch.nn.functional.multilabel_margin_loss(
         x, torch.tensor([[1, 3, -1, 0, 0], [4, -1, 0, 0, 0], [0, 1, 2, 3, 4], [-1, 0, 0, 0, 0]],
                         device=x.device)), [(4, 5)]),
+    "weight norm dim 0": (lambda v, g: torch._weight_norm(v, g, 0), [(4, 3, 2), (4, 1, 1)]),
+    "weight norm dim 2": (lambda v, g: torch._weight_norm(v, g, 2), [(4, 3, 2), (1, 1, 2)]),
+    "weight norm whole": (lambda v, g: torch._weight_norm(v, g, -1), [(4, 3), ()]),
 }
 
 

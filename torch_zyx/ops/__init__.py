@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (registration)
     matmul,
     movement,
     nn,
+    optim,
     pooling,
     reduce,
     resample,

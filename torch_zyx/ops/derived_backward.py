@@ -3,7 +3,7 @@
 Some backward ops have kernels for CPU and CUDA only and neither a lowering here nor a PyTorch
 decomposition, while their forward op decomposes into ops zyx lowers (``grid_sampler_2d``:
 gathers at the sampling corners, weighted; hardshrink/softshrink, replication pads, bicubic
-upsampling, multi(label) margin losses). Such a backward op is computed as autograd computes
+upsampling, multi(label) margin losses, weight normalization). Such a backward op is computed as autograd computes
 the gradient of that decomposition: the forward's decomposition is recorded again on detached
 zyx inputs that require grad, and ``torch.autograd.grad`` takes the incoming gradient through
 it. Every op of both passes is a zyx lowering, so the result is one more lazy graph (a gather's
@@ -110,3 +110,11 @@ def upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corn
     return derived_gradients(aten.upsample_bicubic2d.default,
                              [input, output_size, align_corners, scales_h, scales_w], [0], grad_output,
                              [True])[0]
+
+
+@register(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """(grad_v, grad_g) of ``torch._weight_norm`` (nn.utils.weight_norm and its parametrization);
+    the norms are computed again by the decomposition rather than read from ``saved_norms``."""
+    return derived_gradients(aten._weight_norm_interface.default, [saved_v, saved_g, dim], [0, 1], grad_w,
+                             [True, True], output_index=0)
