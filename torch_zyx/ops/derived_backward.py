@@ -2,11 +2,11 @@
 
 Some backward ops have kernels for CPU and CUDA only and neither a lowering here nor a PyTorch
 decomposition, while their forward op decomposes into ops zyx lowers (``grid_sampler_2d``:
-gathers at the sampling corners, weighted; hardshrink/softshrink, replication pads, bicubic
-upsampling, multi(label) margin losses, weight normalization). Such a backward op is computed as autograd computes
-the gradient of that decomposition: the forward's decomposition is recorded again on detached
-zyx inputs that require grad, and ``torch.autograd.grad`` takes the incoming gradient through
-it. Every op of both passes is a zyx lowering, so the result is one more lazy graph (a gather's
+gathers at the sampling corners, weighted; hardshrink/softshrink, replication pads,
+bicubic upsampling, multi(label) margin losses, weight normalization). Such a backward op is
+computed as autograd computes the gradient of that decomposition: the forward's decomposition
+is recorded again on detached zyx inputs that require grad, and ``torch.autograd.grad`` takes
+the incoming gradient through it. Every op of both passes is a zyx lowering, so the result is one more lazy graph (a gather's
 gradient is a scatter-add), with the decomposition's exact formulas.
 
 A backward op runs inside the autograd kernel of its own dispatch, which excludes the autograd
