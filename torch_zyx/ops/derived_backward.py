@@ -6,8 +6,9 @@ gathers at the sampling corners, weighted; hardshrink/softshrink, replication pa
 bicubic upsampling, multi(label) margin losses, weight normalization). Such a backward op is
 computed as autograd computes the gradient of that decomposition: the forward's decomposition
 is recorded again on detached zyx inputs that require grad, and ``torch.autograd.grad`` takes
-the incoming gradient through it. Every op of both passes is a zyx lowering, so the result is one more lazy graph (a gather's
-gradient is a scatter-add), with the decomposition's exact formulas.
+the incoming gradient through it. Every op of both passes is a zyx lowering, so the result
+is one more lazy graph (a gather's gradient is a scatter-add), with the decomposition's exact
+formulas.
 
 A backward op runs inside the autograd kernel of its own dispatch, which excludes the autograd
 dispatch keys for the calls below it (PyTorch's AutoDispatchBelowADInplaceOrView guard). The
