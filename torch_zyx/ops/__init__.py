@@ -32,4 +32,5 @@ from . import (  # noqa: F401  (registration)
     search,
     sort,
     special,
+    transformer,
 )
