@@ -347,7 +347,7 @@ def test_native_guard_is_used_where_it_can_be_built():
     headers = Path(torch.__file__).parent / "include" / "c10" / "core" / "impl" / "DeviceGuardImplInterface.h"
     if not CONFIG.native or device_guard.compiler() is None or not headers.exists():
         pytest.skip("no C++ compiler or torch headers here, or ZYX_NATIVE=0: the Python guard is expected")
-    assert device_guard.native()
+    assert device_guard.native() and device_guard.native_hooks()
 
 
 def test_fallback_runs_on_cpu_and_counts(counters, monkeypatch):

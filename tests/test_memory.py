@@ -214,3 +214,27 @@ def test_disk_kernel_cache_reused_by_second_process(tmp_path, monkeypatch):
     assert compiled >= 1  # programs are still built (loaded) in the new process...
     after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "llvm").glob("*.o")}
     assert after == objects  # ...but from the cached objects: nothing new written
+
+
+def test_pinned_host_memory():
+    """zyx is the accelerator once torch_zyx is loaded: pin_memory() and DataLoader(pin_memory=
+    True) ask its hooks for pinned memory (they raised "register PrivateUse1HooksInterface")."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from torch_zyx import device_guard
+
+    if not device_guard.native_hooks():
+        pytest.skip("pinned memory needs zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")
+    x = torch.arange(1000.0).reshape(10, 100)
+    pinned = x.pin_memory()
+    assert pinned.is_pinned() and pinned[3:].is_pinned() and not x.is_pinned()
+    assert pinned.device.type == "cpu" and torch.equal(pinned, x)
+    assert pinned.pin_memory().data_ptr() == pinned.data_ptr()  # already pinned: itself
+    assert torch.equal(pinned.to("zyx", non_blocking=True).cpu(), x)
+    assert not torch.empty(0).is_pinned()
+    batches = list(DataLoader(TensorDataset(x, torch.arange(10)), batch_size=4, pin_memory=True))
+    assert [b[0].shape[0] for b in batches] == [4, 4, 2]
+    assert all(b[0].is_pinned() and b[1].is_pinned() for b in batches)
+    assert torch.equal(torch.cat([b[0] for b in batches]), x)
+    del pinned, batches
+    gc.collect()

@@ -124,3 +124,59 @@ def test_torch_distributions_validate_on_device(no_fallback):
         assert torch._is_all_true(zyx).item() == torch._is_all_true(cpu).item()
         assert torch._is_any_true(zyx).item() == torch._is_any_true(cpu).item()
         assert torch._is_all_true(zyx).shape == ()
+
+
+GENERATOR_DRAWS = {
+    "rand": lambda g: torch.rand(16, device="zyx", generator=g),
+    "randn": lambda g: torch.randn(16, device="zyx", generator=g),
+    "randint": lambda g: torch.randint(0, 100, (16,), device="zyx", generator=g),
+    "bernoulli": lambda g: torch.bernoulli(torch.full((16,), 0.5, device="zyx"), generator=g),
+    "multinomial": lambda g: torch.multinomial(torch.ones(8, device="zyx"), 4, generator=g),
+    "multinomial replacement": lambda g: torch.multinomial(torch.ones(8, device="zyx"), 16, True,
+                                                           generator=g),
+    "randperm": lambda g: torch.randperm(16, device="zyx", generator=g),
+    "normal tensor": lambda g: torch.normal(torch.zeros(16, device="zyx"), 2.0, generator=g),
+    "exponential_": lambda g: torch.empty(16, device="zyx").exponential_(generator=g),
+    "geometric_": lambda g: torch.empty(16, device="zyx").geometric_(0.3, generator=g),
+    "log_normal_": lambda g: torch.empty(16, device="zyx").log_normal_(generator=g),
+    "cauchy_": lambda g: torch.empty(16, device="zyx").cauchy_(generator=g),
+    "random_": lambda g: torch.empty(16, device="zyx").random_(0, 50, generator=g),
+}
+
+
+@pytest.fixture
+def zyx_generators():
+    from torch_zyx import device_guard
+
+    if not device_guard.native_hooks():
+        pytest.skip("torch.Generator(device='zyx') needs zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")
+
+
+@pytest.mark.parametrize("name", list(GENERATOR_DRAWS))
+def test_generator_objects_draw_their_own_sequence(name, no_fallback, zyx_generators):
+    """A zyx generator's draws depend on its seed only: two generators seeded alike agree, the
+    default state neither moves nor matters, and get_state/set_state replays a draw."""
+    draw = GENERATOR_DRAWS[name]
+    first = torch.Generator(device="zyx").manual_seed(5)
+    torch.manual_seed(0)
+    expected = draw(first).cpu()
+    after_default = torch.rand(8, device="zyx").cpu()
+    second = torch.Generator(device="zyx").manual_seed(5)
+    torch.manual_seed(1)
+    assert torch.equal(draw(second).cpu(), expected)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(8, device="zyx").cpu(), after_default)
+    state = first.get_state()
+    again = draw(first).cpu()
+    assert not torch.equal(again, expected) or name == "multinomial"
+    first.set_state(state)
+    assert torch.equal(draw(first).cpu(), again)
+
+
+def test_generator_of_another_device_is_refused(zyx_generators):
+    with pytest.raises(RuntimeError, match="Expected a 'zyx' device type for generator but found 'cpu'"):
+        torch.rand(3, device="zyx", generator=torch.Generator())
+    generator = torch.Generator(device="zyx")
+    assert generator.device == torch.device("zyx", 0)
+    assert generator.initial_seed() == torch.Generator(device="zyx").initial_seed()
+    assert generator.seed() != generator.manual_seed(3).initial_seed()

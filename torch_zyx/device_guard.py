@@ -1,17 +1,22 @@
-"""The zyx device guard: built from ``device_guard.cpp`` and registered with PyTorch.
+"""The zyx device guard and hooks: built from ``device_guard.cpp`` and ``device_hooks.cpp`` and
+registered with PyTorch.
 
 Part of registering the device (``torch_zyx._register``), before PyTorch's Python-backend
-set-up, which would otherwise register its Python guard. That guard calls into Python from
-the stream guard autograd's engine holds around every backward node, also while an exception
-unwinds it: an error raised by a zyx op inside a backward terminated the process. The C++
-guard never enters Python, so such an error propagates out of ``backward()`` as on CPU.
+set-up, which would otherwise register its Python guard and hooks. That guard calls into Python
+from the stream guard autograd's engine holds around every backward node, also while an
+exception unwinds it: an error raised by a zyx op inside a backward terminated the process. The
+C++ guard never enters Python, so such an error propagates out of ``backward()`` as on CPU. The
+Python hooks forward only availability; the C++ hooks also give pinned host memory
+(``pin_memory()``, ``DataLoader(pin_memory=True)``, which raised once zyx was the accelerator)
+and ``torch.Generator(device="zyx")`` (device_hooks.cpp).
 
-The source is compiled once per torch build with the system's C++ compiler against the
+The sources are compiled once per torch build with the system's C++ compiler against the
 headers every torch wheel ships, and the library is cached next to the compiled kernels
-(``ZYX_CACHE_DIR``/guard, keyed by the source and the torch build, so it is never stale:
+(``ZYX_CACHE_DIR``/guard, keyed by the sources and the torch build, so it is never stale:
 ``ZYX_DISK_CACHE=0``, which is about kernels, does not make every process compile it again).
-Without a compiler (or with ``ZYX_NATIVE=0``) PyTorch's Python guard stays, and errors inside
-a backward are deferred as far as zyx can (see ``dispatch.cpu_fallback``).
+Without a compiler (or with ``ZYX_NATIVE=0``) PyTorch's Python guard and hooks stay: errors
+inside a backward are deferred as far as zyx can (see ``dispatch.cpu_fallback``), and pinned
+memory and zyx generators raise PyTorch's "register PrivateUse1HooksInterface" error.
 """
 
 from __future__ import annotations
@@ -30,15 +35,20 @@ from .config import CONFIG
 
 log = logging.getLogger("torch_zyx")
 
-SOURCE = Path(__file__).with_name("device_guard.cpp")
+SOURCES = (Path(__file__).with_name("device_guard.cpp"), Path(__file__).with_name("device_hooks.cpp"))
 _COMPILERS = ("c++", "g++", "clang++")
-# Whether the C++ guard is PrivateUse1's; set once by ``install``.
-_state = {"native": False}
+# Whether the C++ guard and hooks are PrivateUse1's; set once by ``install``.
+_state = {"native": False, "hooks": False}
 
 
 def native() -> bool:
     """Whether the zyx device runs under the C++ guard (errors inside a backward propagate)."""
     return _state["native"]
+
+
+def native_hooks() -> bool:
+    """Whether PyTorch asks zyx's C++ hooks (pinned memory, zyx generators)."""
+    return _state["hooks"]
 
 
 def compiler() -> str | None:
@@ -51,12 +61,13 @@ def compiler() -> str | None:
 
 
 def build_command(cxx: str, output: Path) -> list[str]:
-    """How the guard library is compiled (shown with the compiler's output when it fails)."""
+    """How the library is compiled (shown with the compiler's output when it fails)."""
     torch_dir = Path(torch.__file__).parent
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     lib = torch_dir / "lib"
     return [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            f"-I{torch_dir / 'include'}", str(SOURCE), f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}",
+            f"-I{torch_dir / 'include'}", *map(str, SOURCES), f"-L{lib}", "-lc10", "-ltorch_cpu",
+            f"-Wl,-rpath,{lib}",
             "-o", str(output)]
 
 
@@ -64,7 +75,7 @@ def _library(cxx: str, directory: Path) -> Path:
     """The compiled guard for this torch build in ``directory``, compiled when not there yet."""
     # One library per source, torch build and compiler: a torch upgrade changes the headers.
     identity = f"{torch.__version__}|{Path(torch.__file__).parent}|{cxx}".encode()
-    digest = hashlib.sha1(SOURCE.read_bytes() + identity).hexdigest()[:16]
+    digest = hashlib.sha1(b"".join(source.read_bytes() for source in SOURCES) + identity).hexdigest()[:16]
     library = directory / f"zyx_guard_{digest}.so"
     if library.exists():
         return library
@@ -99,4 +110,5 @@ def install() -> bool:
         log.warning("zyx: the C++ device guard is not available, PyTorch's Python one is used: %s", exc)
         return False
     _state["native"] = library.zyx_register_device_guard() == 1
+    _state["hooks"] = library.zyx_register_hooks() == 1
     return _state["native"]

@@ -22,7 +22,7 @@ import torch
 from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_map
 
-from . import device_guard, overlap
+from . import device_guard, overlap, random
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
@@ -197,7 +197,15 @@ def _dispatch_unlowered(func, args, kwargs):
             return result
     decomposition = decomposition_table.get(func)
     if decomposition is not None and func not in _NO_DECOMPOSE:
-        result = decomposition(*args, **kwargs)
+        generator = kwargs.get("generator") if kwargs else None
+        if generator is None:
+            result = decomposition(*args, **kwargs)
+        else:
+            # PyTorch's random decompositions refuse a generator; the random ops they record
+            # draw from it instead of the device's default state.
+            call_kwargs = {k: v for k, v in kwargs.items() if k != "generator"}
+            with random.drawing_from(generator):
+                result = decomposition(*args, **call_kwargs)
         if result is not NotImplemented:
             return result
     if _has_generic_kernel(func):

@@ -18,14 +18,15 @@ from .factory import empty_like
 from .registry import aten, operands, register
 
 
-def uniform_node(shape, device) -> g.Node:
-    seed, offset = random.take(device.index, math.prod(shape))
+def uniform_node(shape, device, generator=None) -> g.Node:
+    seed, offset = random.draw(device.index, math.prod(shape), generator)
     return g.random(seed, offset, tuple(shape))
 
 
-def normal_node(shape, device, dtype) -> g.Node:
-    u1 = g.cast(uniform_node(shape, device), dtypes.float64 if dtype == dtypes.float64 else dtypes.float32)
-    u2 = g.cast(uniform_node(shape, device), u1.dtype)
+def normal_node(shape, device, dtype, generator=None) -> g.Node:
+    u1 = g.cast(uniform_node(shape, device, generator),
+                dtypes.float64 if dtype == dtypes.float64 else dtypes.float32)
+    u2 = g.cast(uniform_node(shape, device, generator), u1.dtype)
     one = g.const(1.0, u1.dtype, u1.shape)
     radius = g.unary("sqrt", g.binary("mul", g.const(-2.0, u1.dtype, u1.shape),
                                       g.unary("log", g.binary("sub", one, u1))))
@@ -38,8 +39,8 @@ def uniform_(x, from_=0.0, to=1.0, generator=None):
     if from_ > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_:g} > "
                            f"to={to:g}")
-    u = g.cast(uniform_node(x.shape, x._storage.device), zdtype(x.dtype) if x.dtype.is_floating_point
-               else dtypes.float32)
+    u = g.cast(uniform_node(x.shape, x._storage.device, generator),
+               zdtype(x.dtype) if x.dtype.is_floating_point else dtypes.float32)
     span = g.const(to - from_, u.dtype, u.shape)
     write(x, g.binary("add", g.const(from_, u.dtype, u.shape), g.binary("mul", u, span)))
     return x
@@ -49,7 +50,7 @@ def uniform_(x, from_=0.0, to=1.0, generator=None):
 def normal_(x, mean=0.0, std=1.0, generator=None):
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
-    z = normal_node(x.shape, x._storage.device, zdtype(x.dtype))
+    z = normal_node(x.shape, x._storage.device, zdtype(x.dtype), generator)
     write(x, g.binary("add", g.const(mean, z.dtype, z.shape),
                       g.binary("mul", z, g.const(std, z.dtype, z.shape))))
     return x
@@ -57,14 +58,14 @@ def normal_(x, mean=0.0, std=1.0, generator=None):
 
 @register(aten.bernoulli_.float)
 def bernoulli_float_(x, p=0.5, generator=None):
-    u = uniform_node(x.shape, x._storage.device)
+    u = uniform_node(x.shape, x._storage.device, generator)
     write(x, g.binary("lt", u, g.const(p, dtypes.float32, u.shape)))
     return x
 
 
 @register(aten.bernoulli_.Tensor)
 def bernoulli_tensor_(x, p, generator=None):
-    u = g.cast(uniform_node(x.shape, x._storage.device), dtypes.float64)
+    u = g.cast(uniform_node(x.shape, x._storage.device, generator), dtypes.float64)
     pn = g.cast(read(p), dtypes.float64)
     pn = g.expand(g.reshape(pn, (1,) * (x.dim() - p.dim()) + pn.shape), tuple(x.shape))
     write(x, g.binary("lt", u, pn))
@@ -74,7 +75,7 @@ def bernoulli_tensor_(x, p, generator=None):
 @register(aten.bernoulli.default)
 def bernoulli(p, generator=None):
     out = empty_like(p)
-    return bernoulli_tensor_(out, p)
+    return bernoulli_tensor_(out, p, generator)
 
 
 @register(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default)
@@ -87,7 +88,7 @@ def random_(x, from_=0, to=None, generator=None):
         else:
             to = torch.iinfo(x.dtype).max
             to = to + 1 if from_ == 0 and x.dtype != torch.int64 else to
-    u = g.cast(uniform_node(x.shape, x._storage.device), dtypes.float64)
+    u = g.cast(uniform_node(x.shape, x._storage.device, generator), dtypes.float64)
     span = g.const(float(to - from_), dtypes.float64, u.shape)
     value = g.binary("add", g.unary("floor", g.binary("mul", u, span)),
                      g.const(float(from_), dtypes.float64, u.shape))
@@ -109,7 +110,7 @@ def native_dropout(x, p, train):
     return wrap(out, device), wrap(keep, device)
 
 
-def _rrelu(x, noise, lower, upper, training):
+def _rrelu(x, noise, lower, upper, training, generator):
     """(result, noise): negative inputs scaled by a uniform draw in [lower, upper] (training)
     or by the mean slope; the noise holds each element's factor (1 for non-negative ones)."""
     xn = read(x)
@@ -117,7 +118,7 @@ def _rrelu(x, noise, lower, upper, training):
     shape = xn.shape
     negative = g.binary("lt", xn, g.const(0, dt, shape))
     if training:
-        u = g.cast(uniform_node(shape, x._storage.device), dt)
+        u = g.cast(uniform_node(shape, x._storage.device, generator), dt)
         slope = g.binary("add", g.const(lower, dt, shape),
                          g.binary("mul", u, g.const(upper - lower, dt, shape)))
         factor = g.where(negative, slope, g.const(1, dt, shape))
@@ -128,7 +129,7 @@ def _rrelu(x, noise, lower, upper, training):
 
 @register(aten.rrelu_with_noise.default)
 def rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
-    out, factor = _rrelu(x, noise, lower, upper, training)
+    out, factor = _rrelu(x, noise, lower, upper, training, generator)
     if training:
         write(noise, g.cast(factor, zdtype(noise.dtype)))  # the schema's noise is mutated (b!)
     return wrap(out, x._storage.device)
@@ -136,7 +137,7 @@ def rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generat
 
 @register(aten.rrelu_with_noise_functional.default)
 def rrelu_with_noise_functional(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
-    out, factor = _rrelu(x, noise, lower, upper, training)
+    out, factor = _rrelu(x, noise, lower, upper, training, generator)
     dev = x._storage.device
     return wrap(out, dev), wrap(g.cast(factor, zdtype(noise.dtype)), dev)
 
@@ -167,7 +168,7 @@ def multinomial(probs, num_samples, replacement=False, generator=None):
         cdf = g.reduce("sum", g.where(upto, g.expand(g.reshape(p, (rows, 1, n_cat)), wide),
                                       g.const(0.0, dtypes.float64, wide)), (2,))
         cdf = g.binary("div", g.reshape(cdf, (rows, n_cat)), g.expand(total, (rows, n_cat)))
-        u = g.cast(uniform_node((rows, num_samples), dev), dtypes.float64)
+        u = g.cast(uniform_node((rows, num_samples), dev, generator), dtypes.float64)
         draws = (rows, num_samples, n_cat)
         below = g.binary("le", g.expand(g.reshape(cdf, (rows, 1, n_cat)), draws),
                          g.expand(g.reshape(u, (rows, num_samples, 1)), draws))
@@ -176,7 +177,7 @@ def multinomial(probs, num_samples, replacement=False, generator=None):
         idx = g.binary("min", g.reshape(idx, (rows, num_samples)), g.const(n_cat - 1, dtypes.int64,
                                                                           (rows, num_samples)))
     else:
-        u = g.cast(uniform_node((rows, n_cat), dev), dtypes.float64)
+        u = g.cast(uniform_node((rows, n_cat), dev, generator), dtypes.float64)
         keys = g.binary("div", g.unary("log", u), p)  # -inf where p = 0: never chosen first
         key_t = wrap(keys, dev)
         idx = read(torch.topk(key_t, num_samples, dim=-1).indices)
@@ -188,7 +189,7 @@ def multinomial(probs, num_samples, replacement=False, generator=None):
 def randperm_out(n, generator=None, *, out):
     # The rank of each of n random keys is a uniform random permutation: rank i = how many keys
     # sort before key i (ties broken by position), one comparison-counting reduce.
-    u = uniform_node((n,), out._storage.device)
+    u = uniform_node((n,), out._storage.device, generator)
     col, row = g.expand(g.reshape(u, (1, n)), (n, n)), g.expand(g.reshape(u, (n, 1)), (n, n))
     pos = g.iota((n,))
     before = g.binary("lt", g.expand(g.reshape(pos, (1, n)), (n, n)),
@@ -212,12 +213,14 @@ def native_dropout_backward(grad, mask, scale):
 
 @register(aten.rand_like.default, aten.rand_like.generator)
 def rand_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None):
-    return uniform_(empty_like(x, dtype=dtype, device=device, memory_format=memory_format))
+    out = empty_like(x, dtype=dtype, device=device, memory_format=memory_format)
+    return uniform_(out, generator=generator)
 
 
 @register(aten.randn_like.default, aten.randn_like.generator)
 def randn_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None):
-    return normal_(empty_like(x, dtype=dtype, device=device, memory_format=memory_format))
+    out = empty_like(x, dtype=dtype, device=device, memory_format=memory_format)
+    return normal_(out, generator=generator)
 
 
 @register(aten.randint_like.default, aten.randint_like.low_dtype)
