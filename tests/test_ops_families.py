@@ -263,14 +263,15 @@ def test_segment_reduce(reduce):
     check(grad, data, lengths)
 
 
-@pytest.mark.parametrize("size", [(3, 5), (9, 4), (7, 7)])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("size", [(3, 5), (9, 4), (7, 7), (2, 20)])
 @pytest.mark.parametrize("align_corners", [False, True])
-def test_upsample_bilinear_antialias(size, align_corners):
+def test_upsample_antialias(mode, size, align_corners):
     x = make((2, 3, 6, 8), torch.float32)
 
     def run(t):
         t = t.clone().requires_grad_()
-        out = F.interpolate(t, size=size, mode="bilinear", antialias=True, align_corners=align_corners)
+        out = F.interpolate(t, size=size, mode=mode, antialias=True, align_corners=align_corners)
         (out * out).sum().backward()
         return out, t.grad
 

@@ -1,11 +1,11 @@
-"""Resampling lowerings with static interpolation weights: anti-aliased bilinear upsampling
-(forward and backward).
+"""Resampling lowerings with static interpolation weights: anti-aliased bilinear and bicubic
+resizing (forward and backward), and the backward of the plain linear and nearest modes.
 
 The weights of a resize along one axis depend only on the sizes, so each axis is a small
-(n_out, n_in) weight matrix built from IOTA arithmetic (a triangle filter widened by the
-downscale factor, each row normalized), applied as a broadcast multiply and a reduce: the 2-d
-resize is two such passes (width, then height, as ATen's separable kernel). The backward
-applies the transposed matrices.
+(n_out, n_in) weight matrix built from IOTA arithmetic (a triangle or Keys cubic filter widened
+by the downscale factor, each row normalized), applied as a broadcast multiply and a reduce:
+the 2-d resize is two such passes (width, then height, as ATen's separable kernel). The
+backward applies the transposed matrices.
 """
 
 from __future__ import annotations
@@ -16,24 +16,51 @@ from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
 from .registry import aten, register
 
+_F64 = dtypes.float64
 
-def _aa_weights(n_in: int, n_out: int, align_corners: bool, scale_factor) -> Node:
-    """(n_out, n_in) float64 anti-aliased bilinear weights (ATen's rule: support = max(scale, 1),
-    window [trunc(center - support + .5), trunc(center + support + .5)), rows summing to 1)."""
+
+def _triangle(distance: Node) -> Node:
+    """The bilinear filter at ``distance`` (>= 0): 1 - d inside the unit interval, else 0."""
+    return g.binary("max", g.binary("sub", _like(distance, 1.0), distance), _like(distance, 0.0))
+
+
+def _keys_cubic(distance: Node) -> Node:
+    """The anti-aliased bicubic filter (Keys, a = -0.5, as PIL and ATen's aa kernels) at ``distance``."""
+    a = -0.5
+    d = distance
+    near = g.binary("add", g.binary("mul", g.binary("mul", g.binary(
+        "sub", g.binary("mul", _like(d, a + 2), d), _like(d, a + 3)), d), d), _like(d, 1.0))
+    far = g.binary("sub", g.binary("mul", g.binary("add", g.binary("mul", g.binary(
+        "sub", g.binary("mul", _like(d, a), d), _like(d, 5 * a)), d), _like(d, 8 * a)), d), _like(d, 4 * a))
+    return g.where(g.binary("lt", d, _like(d, 1.0)), near,
+                   g.where(g.binary("lt", d, _like(d, 2.0)), far, _like(d, 0.0)))
+
+
+# interpolation mode → (filter, its support in input pixels at scale 1: interp_size / 2)
+_AA_FILTERS = {"bilinear": (_triangle, 1.0), "bicubic": (_keys_cubic, 2.0)}
+
+
+def _like(node: Node, value: float) -> Node:
+    return g.const(value, node.dtype, node.shape)
+
+
+def _aa_weights(n_in: int, n_out: int, align_corners: bool, scale_factor, mode: str = "bilinear") -> Node:
+    """(n_out, n_in) float64 anti-aliased weights (ATen's rule: support = half-width x max(scale,
+    1), window [trunc(center - support + .5), trunc(center + support + .5)), rows summing to 1)."""
     if align_corners:
         scale = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
     else:
         scale = 1.0 / scale_factor if scale_factor else n_in / n_out
-    support = max(scale, 1.0)
+    kernel, half_width = _AA_FILTERS[mode]
+    support = half_width * max(scale, 1.0)
     inv = 1.0 / scale if scale >= 1.0 else 1.0
-    f64 = dtypes.float64
     shape = (n_out, n_in)
 
     def c(v):
-        return g.const(v, f64, shape)
+        return g.const(v, _F64, shape)
 
-    o = g.expand(g.reshape(g.cast(g.iota((n_out,)), f64), (n_out, 1)), shape)
-    j = g.expand(g.reshape(g.cast(g.iota((n_in,)), f64), (1, n_in)), shape)
+    o = g.expand(g.reshape(g.cast(g.iota((n_out,)), _F64), (n_out, 1)), shape)
+    j = g.expand(g.reshape(g.cast(g.iota((n_in,)), _F64), (1, n_in)), shape)
     center = g.binary("mul", g.binary("add", o, c(0.5)), c(scale))
     lo = g.binary("max", g.unary("trunc", g.binary("add", g.binary("sub", center, c(support)), c(0.5))),
                   c(0.0))
@@ -41,7 +68,7 @@ def _aa_weights(n_in: int, n_out: int, align_corners: bool, scale_factor) -> Nod
                   c(float(n_in)))
     inside = g.binary("and", g.binary("le", lo, j), g.binary("lt", j, hi))
     dist = g.unary("abs", g.binary("mul", g.binary("add", g.binary("sub", j, center), c(0.5)), c(inv)))
-    w = g.where(inside, g.binary("max", g.binary("sub", c(1.0), dist), c(0.0)), c(0.0))
+    w = g.where(inside, kernel(dist), c(0.0))
     total = g.expand(g.reduce("sum", w, (1,)), shape)
     return g.where(g.binary("eq", total, c(0.0)), w, g.binary("div", w, total))
 
@@ -65,25 +92,35 @@ def _compute(node: Node) -> Node:
     return g.cast(node, dtypes.float32) if node.dtype in (dtypes.float16, dtypes.bfloat16) else node
 
 
-@register(aten._upsample_bilinear2d_aa.default)
-def upsample_bilinear2d_aa(x, output_size, align_corners, scales_h=None, scales_w=None):
-    if x.dim() != 4:
-        raise RuntimeError(f"Expected 4D input tensor, but got {x.dim()}D")
-    node = _compute(read(x))
-    (h, w), (ho, wo) = x.shape[2:], tuple(output_size)
-    node = _apply(node, 3, _aa_weights(w, wo, align_corners, scales_w))
-    node = _apply(node, 2, _aa_weights(h, ho, align_corners, scales_h))
-    return wrap(g.cast(node, zdtype(x.dtype)), x._storage.device)
+def _aa_forward(mode: str):
+    def lowering(x, output_size, align_corners, scales_h=None, scales_w=None):
+        if x.dim() != 4:
+            raise RuntimeError(f"Expected 4D input tensor, but got {x.dim()}D")
+        if not x.dtype.is_floating_point:
+            raise NotImplementedError  # uint8 images: ATen's fixed-point kernel (the CPU's)
+        node = _compute(read(x))
+        (h, w), (ho, wo) = x.shape[2:], tuple(output_size)
+        node = _apply(node, 3, _aa_weights(w, wo, align_corners, scales_w, mode))
+        node = _apply(node, 2, _aa_weights(h, ho, align_corners, scales_h, mode))
+        return wrap(g.cast(node, zdtype(x.dtype)), x._storage.device)
+    return lowering
 
 
-@register(aten._upsample_bilinear2d_aa_backward.default)
-def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners, scales_h=None,
-                                    scales_w=None):
-    node = _compute(read(grad))
-    (h, w), (ho, wo) = tuple(input_size)[2:], tuple(output_size)
-    node = _apply(node, 2, g.permute(_aa_weights(h, ho, align_corners, scales_h), (1, 0)))
-    node = _apply(node, 3, g.permute(_aa_weights(w, wo, align_corners, scales_w), (1, 0)))
-    return wrap(g.cast(node, zdtype(grad.dtype)), grad._storage.device)
+def _aa_backward(mode: str):
+    def lowering(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+        node = _compute(read(grad))
+        (h, w), (ho, wo) = tuple(input_size)[2:], tuple(output_size)
+        node = _apply(node, 2, g.permute(_aa_weights(h, ho, align_corners, scales_h, mode), (1, 0)))
+        node = _apply(node, 3, g.permute(_aa_weights(w, wo, align_corners, scales_w, mode), (1, 0)))
+        return wrap(g.cast(node, zdtype(grad.dtype)), grad._storage.device)
+    return lowering
+
+
+for _mode, _forward, _backward in (
+        ("bilinear", aten._upsample_bilinear2d_aa.default, aten._upsample_bilinear2d_aa_backward.default),
+        ("bicubic", aten._upsample_bicubic2d_aa.default, aten._upsample_bicubic2d_aa_backward.default)):
+    register(_forward)(_aa_forward(_mode))
+    register(_backward)(_aa_backward(_mode))
 
 
 # ------------------------------------------------------------------------------- upsample backward
