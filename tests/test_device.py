@@ -126,6 +126,27 @@ def test_model_to_zyx():
         assert_close(model(x.to("zyx")), expected.detach(), rtol=1e-5, atol=1e-5)
 
 
+def test_memory_format_conversions_match_cpu():
+    """``to(memory_format=...)`` lays the copy out as asked, ``to(dtype)`` and ``clone`` keep a
+    dense layout (channels_last stays channels_last), as on CPU; Module.to(memory_format) too."""
+    x = torch.arange(120.0).reshape(2, 3, 4, 5)
+    conversions = {
+        "to channels_last": lambda t: t.to(memory_format=torch.channels_last),
+        "to dtype keeps it": lambda t: t.to(memory_format=torch.channels_last).double(),
+        "clone keeps it": lambda t: t.contiguous(memory_format=torch.channels_last).clone(),
+        "to contiguous": lambda t: t.to(memory_format=torch.channels_last).to(
+            torch.float16, memory_format=torch.contiguous_format),
+        "strided view": lambda t: t[:, :, ::2].to(torch.float64),
+        "to cpu keeps it": lambda t: t.to(memory_format=torch.channels_last).to("cpu"),
+    }
+    for name, convert in conversions.items():
+        got, want = convert(x.to("zyx")), convert(x)
+        assert got.stride() == want.stride() and got.dtype == want.dtype, name
+        assert torch.equal(got.cpu(), want), name
+    conv = torch.nn.Conv2d(3, 4, 3).to("zyx").to(memory_format=torch.channels_last)
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
 @pytest.mark.parametrize("cpu", [
     torch.arange(12.0).reshape(3, 4) / 7,
     torch.tensor([1, -2, 3]),

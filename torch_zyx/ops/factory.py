@@ -164,7 +164,7 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
         return to_cpu(x).to(dtype)
     target = _device(torch.device(device).index) if device is not None else x._storage.device
     node = _source_node(x, target)
-    return wrap(g.cast(node, zdtype(dtype)), target)
+    return _laid_out(x, g.cast(node, zdtype(dtype)), dtype, target, memory_format)
 
 
 @register(torch.ops.prims.device_put.default)
@@ -174,16 +174,25 @@ def device_put(x, device, non_blocking=False):
     return _to_copy(x, device=device, non_blocking=non_blocking)
 
 
-@register(aten.clone.default)
-def clone(x, memory_format=None):
+def _laid_out(x, node, dtype, device, memory_format):
+    """A new tensor holding ``node`` (``x``'s values) with the strides a copy of ``x`` in
+    ``memory_format`` has (preserve_format: ``x``'s layout when it is dense, as clone and
+    ``to`` give on CPU; channels_last: NHWC strides)."""
+    if memory_format is torch.contiguous_format or (
+            memory_format in (None, torch.preserve_format) and x.is_contiguous()):
+        return wrap(node, device)  # (the common case, without a meta tensor: casts in every step)
     meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     meta = meta.clone(memory_format=memory_format or torch.preserve_format)
-    node = read(x)
     if tuple(meta.stride()) == g.contiguous_strides(tuple(x.shape)):
-        return wrap(node, x._storage.device)
-    out = empty_storage(meta.shape, meta.stride(), x.dtype, x.device.index)
+        return wrap(node, device)
+    out = empty_storage(meta.shape, meta.stride(), dtype, device.index)
     write(out, node)
     return out
+
+
+@register(aten.clone.default)
+def clone(x, memory_format=None):
+    return _laid_out(x, read(x), x.dtype, x._storage.device, memory_format)
 
 
 @register(aten.lift_fresh.default, aten.lift_fresh_copy.default)
