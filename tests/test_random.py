@@ -180,3 +180,71 @@ def test_generator_of_another_device_is_refused(zyx_generators):
     assert generator.device == torch.device("zyx", 0)
     assert generator.initial_seed() == torch.Generator(device="zyx").initial_seed()
     assert generator.seed() != generator.manual_seed(3).initial_seed()
+
+
+def _ks_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic: the largest gap between the empirical CDFs."""
+    a, b = a.flatten().double().sort().values, b.flatten().double().sort().values
+    points = torch.cat([a, b]).unique()
+    cdf_a = torch.searchsorted(a, points, right=True).double() / len(a)
+    cdf_b = torch.searchsorted(b, points, right=True).double() / len(b)
+    return (cdf_a - cdf_b).abs().max().item()
+
+
+# Rejection samplers (ops/rejection.py) against CPU torch's: 20000 draws each; the KS critical
+# value at the 0.1% level is ~0.0195 (values differ draw by draw: another generator).
+REJECTION_SAMPLERS = {
+    **{f"gamma {a}": (torch._standard_gamma, a) for a in (0.05, 1.0, 30.0)},
+    **{f"poisson {r}": (torch.poisson, r) for r in (0.5, 9.9, 15.0, 1e5)},
+}
+
+
+@pytest.mark.parametrize("attempts", [None, 1])
+@pytest.mark.parametrize("name", list(REJECTION_SAMPLERS))
+def test_rejection_samplers_match_cpu_distribution(name, attempts, no_fallback, monkeypatch):
+    """``attempts=1``: one attempt per round, so elements take several rounds (read-backs)."""
+    if attempts is not None:
+        monkeypatch.setattr("torch_zyx.ops.rejection._ATTEMPTS", attempts)
+    op, parameter = REJECTION_SAMPLERS[name]
+    torch.manual_seed(0)
+    values = torch.full((20000,), parameter)
+    got, want = op(values.to("zyx")).cpu(), op(values)
+    assert got.dtype == want.dtype and _ks_distance(got, want) < 0.0195
+
+
+def test_dirichlet_matches_cpu_distribution(no_fallback):
+    torch.manual_seed(0)
+    alpha = torch.tensor([0.2, 1.0, 5.0]).expand(20000, 3).contiguous()
+    got, want = torch._sample_dirichlet(alpha.to("zyx")).cpu(), torch._sample_dirichlet(alpha)
+    assert all(_ks_distance(got[:, i], want[:, i]) < 0.0195 for i in range(3))
+    torch.testing.assert_close(got.sum(1), torch.ones(20000))
+
+
+def test_rejection_sampler_edge_values_match_cpu(no_fallback):
+    """Shape 0 gives the smallest normal number (ATen's clamp; a NaN shape too), rate 0 gives 0,
+    a negative or NaN rate raises ATen's error; empty inputs give empty results."""
+    alpha = torch.tensor([0.0, 1e-30, float("inf"), float("nan")])
+    assert torch.equal(torch._standard_gamma(alpha.to("zyx")).cpu(), torch._standard_gamma(alpha))
+    rows = torch.tensor([[0.0, 1.0], [float("nan"), 1.0]])
+    assert torch.equal(torch._sample_dirichlet(rows.to("zyx")).cpu(), torch._sample_dirichlet(rows))
+    assert torch.poisson(torch.zeros(3, device="zyx")).cpu().tolist() == [0.0, 0.0, 0.0]
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(RuntimeError, match="invalid Poisson rate, expected rate to be non-negative"):
+            torch.poisson(torch.tensor([2.0, bad], device="zyx"))
+    assert torch.poisson(torch.empty(0, 3, device="zyx")).shape == (0, 3)
+
+
+@pytest.mark.parametrize("name", ["Gamma", "Beta", "Dirichlet", "Chi2", "StudentT", "Poisson",
+                                  "NegativeBinomial"])
+def test_distributions_sample_on_device(name, no_fallback):
+    D = torch.distributions
+    a = torch.tensor([0.5, 2.0, 3.0], device="zyx")
+    make = {"Gamma": lambda: D.Gamma(a, a), "Beta": lambda: D.Beta(a, a), "Dirichlet": lambda: D.Dirichlet(a),
+            "Chi2": lambda: D.Chi2(a), "StudentT": lambda: D.StudentT(a + 2), "Poisson": lambda: D.Poisson(a),
+            "NegativeBinomial": lambda: D.NegativeBinomial(3, probs=a / 4)}[name]
+    torch.manual_seed(0)
+    distribution = make()
+    samples = distribution.sample((4000,))
+    assert samples.device.type == "zyx" and samples.shape == (4000, 3)
+    assert distribution.log_prob(samples[:10]).isfinite().all()
+    torch.testing.assert_close(samples.float().mean(0).cpu(), distribution.mean.cpu(), rtol=0.1, atol=0.05)

@@ -24,6 +24,7 @@ from . import (  # noqa: F401  (registration)
     optim,
     pooling,
     reduce,
+    rejection,
     resample,
     rnn,
     sampling,
