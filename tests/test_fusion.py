@@ -161,6 +161,19 @@ def test_long_chain_without_realization_splits_into_kernels(counters):
     assert 2 <= launched <= 40
 
 
+def test_many_independent_results_merge_into_bounded_kernels(counters):
+    """Same-shape results with no dependency merge into shared kernels, at most
+    MAX_MERGED_STORES stores each (one kernel of 1000 stores compiled for 18 s)."""
+    from torch_zyx.lazy.kernelize import MAX_MERGED_STORES
+
+    sources = [torch.full((100,), float(i)) for i in range(3 * MAX_MERGED_STORES + 5)]
+    results = [s.to("zyx") * 2 for s in sources]
+    torch.zyx.synchronize()
+    assert counters()["kernels_launched"] == 4  # 3 full kernels and one of 5 stores
+    for source, result in zip(sources, results):
+        assert torch.equal(result.cpu(), source * 2)
+
+
 # ----------------------------------------------------------------- the node table and the walk
 # graph.py builds nodes through one of two tables with one surface: the C module (_native.c,
 # built by the install) and its Python reference (nodes_py.py). Both are checked directly.

@@ -236,6 +236,37 @@ def test_save_load_roundtrip():
     torch.testing.assert_close(on_cpu["t"], t.cpu())
 
 
+@pytest.mark.parametrize("location", ["zyx", "zyx:0", "device", "dict", "function"])
+def test_load_cpu_checkpoint_to_zyx(location):
+    """torch.load(map_location=...) of a CPU checkpoint gives zyx tensors, views with their
+    strides, every dtype (it crashed the process: a zyx storage had no allocator)."""
+    from torch_zyx import device_guard
+
+    if not device_guard.native_hooks():
+        pytest.skip("zyx storages need zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    x = torch.arange(12.0).reshape(3, 4)
+    saved = {"x": x, "view": x[1:, ::2], "empty": torch.empty(0, 5), "half": x.half(), "long": torch.arange(5),
+             "bool": torch.tensor([True, False]), "scalar": torch.tensor(3.5), **model.state_dict()}
+    buf = io.BytesIO()
+    torch.save(saved, buf)
+    buf.seek(0)
+    map_location = {"device": torch.device("zyx"), "dict": {"cpu": "zyx:0"},
+                    "function": lambda storage, where: storage.to(device="zyx")}.get(location, location)
+    loaded = torch.load(buf, map_location=map_location)
+    for key, value in saved.items():
+        assert loaded[key].device.type == "zyx", key
+        assert loaded[key].stride() == value.stride() and torch.equal(loaded[key].cpu(), value), key
+    copy_ = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2)).to("zyx")
+    copy_.load_state_dict({k: v for k, v in loaded.items() if k[0].isdigit()})
+    torch.testing.assert_close(copy_(x.to("zyx")).cpu(), model(x).detach())
+    storage = torch.UntypedStorage(8, device="zyx")
+    storage.copy_(torch.arange(8, dtype=torch.uint8).untyped_storage())
+    assert storage.device.type == "zyx" and storage.cpu().tolist() == list(range(8))
+    with torch.zyx.device("zyx:0"):
+        assert torch.zyx.current_device() == 0
+
+
 def test_deepcopy_tensor_parameter_module():
     import copy
 

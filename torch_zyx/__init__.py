@@ -35,13 +35,15 @@ def _register() -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     # (dispatch registers the lowerings)
-    from . import autocast, device_guard, device_module, dispatch  # noqa: F401
+    from . import autocast, device_guard, device_module, dispatch, storage  # noqa: F401
     from .ops import factory
 
     # Before the set-up below, which registers PyTorch's Python guard unless one exists.
     device_guard.install()
     _setup_privateuseone_for_python_backend("zyx", backend_module=device_module.ZyxModule(),
                                             hook=device_module.Hooks(), device_guard=device_module.Guard())
+    if device_guard.native_hooks():
+        storage.install()
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", factory.empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", factory.empty_strided, "PrivateUse1")

@@ -13,6 +13,10 @@
 // - generators: `torch.Generator(device="zyx")` is a counter-based generator's state, the
 //   (seed, next counter) pair of torch_zyx/random.py; the random ops read the seed and take
 //   counters through its offset (`initial_seed()`, `get_offset()`, `set_offset()`).
+// Also the allocator of zyx storages (`torch.UntypedStorage(n, device="zyx")`, which crashed the
+// process without one): zyx tensors keep their data in zyx's own pools, so such a storage is
+// host memory, what torch.load(map_location="zyx") fills before it rebuilds each tensor on it
+// (storage.py copies the bytes into a zyx buffer when a tensor is set to the storage).
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/Functions.h>
@@ -71,6 +75,24 @@ struct PinnedAllocator final : public c10::Allocator {
     return {data, data, &free_pinned, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+// ------------------------------------------------------------------------------ zyx storages
+void free_host(void* data) { std::free(data); }
+
+struct StorageAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(std::size_t bytes) override {
+    void* data = nullptr;
+    if (bytes) {
+      TORCH_CHECK(posix_memalign(&data, 64, bytes) == 0, "zyx: could not allocate a storage of ",
+                  bytes, " bytes");
+    }
+    return {data, data, &free_host, c10::Device(kZyx, 0)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_host; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
@@ -147,5 +169,7 @@ extern "C" int zyx_register_hooks() {
     return 0;
   }
   at::RegisterPrivateUse1HooksInterface(new ZyxHooks());
+  static StorageAllocator storage_allocator;
+  c10::SetAllocator(kZyx, &storage_allocator);
   return 1;
 }

@@ -53,6 +53,27 @@ def set_device(device) -> None:
     _current[0] = int(index)
 
 
+class device:  # (lower case: torch.cuda.device's name)
+    """Context manager making ``index`` (an int, "zyx:N" or a torch.device; None or -1: no
+    change) the current zyx device, as ``torch.cuda.device``."""
+
+    def __init__(self, index):
+        if isinstance(index, str):
+            index = torch.device(index)
+        self.index = index.index if isinstance(index, torch.device) else index
+        self.previous = None
+
+    def __enter__(self):
+        self.previous = _current[0]
+        if self.index is not None and self.index >= 0:
+            set_device(self.index)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _current[0] = self.previous
+        return False
+
+
 def is_initialized() -> bool:
     return _initialized[0]
 
@@ -147,6 +168,7 @@ class ZyxModule:
     device_count = staticmethod(device_count)
     current_device = staticmethod(current_device)
     set_device = staticmethod(set_device)
+    device = device
     is_initialized = staticmethod(is_initialized)
     synchronize = staticmethod(synchronize)
     manual_seed = staticmethod(manual_seed)

@@ -30,7 +30,7 @@ Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/0
   * a value used several times is duplicated when cheap and stored when it follows a reduce
     (values after row reduces are duplicated: the row reduce runs once per row anyway);
   * kernels with the same iteration space and no dependency between them merge into one
-    kernel that stores several outputs;
+    kernel that stores several outputs (up to MAX_MERGED_STORES);
   * large matmuls read their operands from panel copies (``panels.py``), stored first.
 """
 
@@ -54,6 +54,11 @@ _MAX_FUSED_DEPTH = 160
 # runs in parallel), or when the whole value is small enough to run on one thread anyway.
 _ROW_FUSE_MIN_ROWS = 16
 _ROW_FUSE_SMALL = 1 << 15
+# Independent kernels of one iteration space merge into one kernel of at most this many stores.
+# Without a bound, thousands of same-shape results realized together (a list of small tensors
+# moved to zyx and scaled) became one kernel whose compile time grew with the square of its
+# buffers (each access is marked not to alias every other buffer): 1000 stores took 18 s.
+MAX_MERGED_STORES = 32
 
 
 # Float constants kept in the code (structural values that lowering and LLVM fold): others are
@@ -395,6 +400,7 @@ class Kernelizer:
                 for k_index in range(len(kernels) - 1, -1, -1):
                     other = kernels[k_index]
                     if (other.stores[0].view is None and other.shape == kernel.shape
+                            and len(other.stores) + len(kernel.stores) <= MAX_MERGED_STORES
                             and all(d < k_index for d in kernel.depends) and k_index not in kernel.depends
                             and not _writes_loaded(other, kernel)
                             and (other.fusion == kernel.fusion or 0 in (other.fusion, kernel.fusion))):

@@ -10,6 +10,7 @@ import math
 import torch
 
 from .. import dtypes, overlap
+from .. import storage as zyx_storage
 from ..lazy import graph as g
 from ..tensor import Storage, ZyxTensor, from_cpu, read, restride, to_cpu, wrap, write, zdtype
 from ..tensor import meta as meta_of
@@ -495,6 +496,27 @@ def as_strided_(x, size, stride, storage_offset=None):
 @register(aten.set_.source_Tensor)
 def set_tensor_(x, source):
     restride(x, source._storage, tuple(source.shape), tuple(source.stride()), source.storage_offset())
+    return x
+
+
+@register(aten.set_.source_Storage, aten.set_.source_Storage_storage_offset)
+def set_storage_(x, source, storage_offset=0, size=None, stride=None):
+    """``x`` set to a zyx storage (host memory, storage.py): the span of elements it covers is
+    copied into a zyx buffer, and ``x`` views it with the given strides (torch.load's rebuild of
+    each tensor under map_location="zyx")."""
+    if source.device.type != "zyx":
+        raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{x.device}\" to a storage "
+                           f"on different device \"{source.device}\".  This is no longer allowed; the "
+                           "devices must match.")
+    values = zyx_storage.host_view(source, x.dtype)
+    if size is None:
+        size, stride, storage_offset = (values.numel(),), (1,), 0
+    size = tuple(int(s) for s in size)
+    stride = tuple(int(s) for s in stride) if stride is not None else g.contiguous_strides(size)
+    span = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    device = x._storage.device
+    node = from_cpu(values[storage_offset:storage_offset + span], device)
+    restride(x, Storage(node, device), size, stride, 0)
     return x
 
 
