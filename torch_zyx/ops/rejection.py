@@ -1,4 +1,5 @@
-"""Rejection samplers: gamma (``_standard_gamma``), Dirichlet (``_sample_dirichlet``) and Poisson.
+"""Rejection samplers: gamma (``_standard_gamma``), Dirichlet (``_sample_dirichlet``) and Poisson;
+the reparameterized gradient of gamma draws (``_standard_gamma_grad``).
 
 torch.distributions' Gamma, Chi2, StudentT, Beta, Dirichlet and Poisson sample through these ops,
 which ATen computes per element with a loop that draws until a candidate is accepted. Here each
@@ -26,6 +27,11 @@ from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
 from .registry import aten, register
 from .sampling import normal_node, uniform_node
+
+# isort: off
+from .special import digamma  # (before cephes: special imports cephes, which imports special)
+from .cephes import Ex, where
+# isort: on
 
 _F64 = dtypes.float64
 # Attempts recorded per element before the read-back asks whether any element accepted none.
@@ -203,3 +209,66 @@ def poisson(rates, generator=None):
     node = g.cast(read(rates), _F64)
     device = rates._storage.device
     return wrap(g.cast(_poisson(node, device, generator), zdtype(rates.dtype)), device)
+
+
+# The reparameterized gradient d(sample)/d(alpha) of a gamma draw (Gamma/Beta/Dirichlet
+# ``rsample().backward()``): ATen's standard_gamma_grad_one, in float64 as its CPU kernel.
+# Three regimes, each the value of a ``where``: a Taylor series of the CDF for small draws, Rice's
+# saddle point expansion for large alpha, a bivariate rational approximation otherwise.
+_GAMMA_GRAD_COEFFICIENTS = (
+    (0.16009398, -0.094634809, 0.025146376, -0.0030648343, 1, 0.32668115, 0.10406089, 0.0014179084),
+    (0.53487893, 0.1298071, 0.065735949, -0.0015649758, 0.16639465, 0.020070113, -0.0035938915,
+     -0.00058392623),
+    (0.040121004, -0.0065914022, -0.0026286047, -0.0013441777, 0.017050642, -0.0021309326,
+     0.00085092367, -1.5247877e-07),
+)
+
+
+def _pow(base: Ex, exponent) -> Ex:
+    exponent = exponent if isinstance(exponent, Ex) else base.full(exponent)
+    return Ex(g.binary("pow", base.node, exponent.node))
+
+
+def _gamma_grad(alpha: Ex, x: Ex) -> Ex:
+    numer, denom = alpha.full(1.0), alpha
+    series1, series2 = numer / denom, numer / (denom * denom)
+    for i in range(1, 6):
+        numer = numer * (-x / float(i))
+        denom = denom + 1.0
+        series1 = series1 + numer / denom
+        series2 = series2 + numer / (denom * denom)
+    pow_x_alpha = _pow(x, alpha)
+    pdf = _pow(x, alpha - 1.0) * (-x).f("exp")
+    cdf = pow_x_alpha * series1
+    cdf_alpha = (x.f("log") - Ex(digamma(alpha.node))) * cdf - pow_x_alpha * series2
+    taylor = -cdf_alpha / pdf
+    taylor = where(Ex(g.unary("isnan", taylor.node)), 0.0, taylor)
+
+    saddle_numer = (1.0 + 24.0 * alpha * (1.0 + 12.0 * alpha)) * (
+        1440.0 * (alpha * alpha) + 6.0 * x * (53.0 - 120.0 * x) - 65.0 * x * x / alpha
+        + alpha * (107.0 + 3600.0 * x))
+    saddle_near = saddle_numer / (1244160.0 * (alpha * alpha) * (alpha * alpha))
+    root = (8.0 * alpha).f("sqrt")
+    term2 = root / (alpha - x)
+    term3 = _pow(x - alpha - alpha * (x / alpha).f("log"), -1.5)
+    term23 = where(x < alpha, term2 - term3, term2 + term3)
+    spread = (2.0 / alpha).f("sqrt") * (alpha + x) / ((alpha - x) * (alpha - x))
+    term1 = (x / alpha).f("log") * term23 - spread
+    stirling = 1.0 + 1.0 / (12.0 * alpha) * (1.0 + 1.0 / (24.0 * alpha))
+    saddle_far = -stirling * (x * term1) / root
+    saddle = where((alpha * 0.9 <= x) & (x <= alpha * 1.1), saddle_near, saddle_far)
+
+    u, v = (x / alpha).f("log"), alpha.f("log")
+    coefficients = [u * (u * c2 + c1) + c0 for c0, c1, c2 in zip(*_GAMMA_GRAD_COEFFICIENTS)]
+    p = coefficients[0] + v * (coefficients[1] + v * (coefficients[2] + v * coefficients[3]))
+    q = coefficients[4] + v * (coefficients[5] + v * (coefficients[6] + v * coefficients[7]))
+    rational = (p / q).f("exp")
+    return where(x < 0.8, taylor, where(alpha > 8.0, saddle, rational))
+
+
+@register(aten._standard_gamma_grad.default)
+def standard_gamma_grad(alpha, output):
+    if not alpha.dtype.is_floating_point or tuple(alpha.shape) != tuple(output.shape):
+        raise NotImplementedError  # (ATen's errors)
+    grad = _gamma_grad(Ex(g.cast(read(alpha), _F64)), Ex(g.cast(read(output), _F64)))
+    return wrap(g.cast(grad.node, zdtype(alpha.dtype)), alpha._storage.device)
