@@ -278,3 +278,20 @@ def test_dirichlet_grad_matches_cpu(dtype, no_fallback):
         concentration = torch.tensor([0.5, 2.0, 9.0], device="zyx", requires_grad=True)
         make(concentration).rsample((4,)).pow(2).sum().backward()
         assert concentration.grad.device.type == "zyx" and concentration.grad.isfinite().all()
+
+
+@pytest.mark.parametrize("attempts", [None, 1])
+@pytest.mark.parametrize("count, prob", [(5, 0.3), (20, 0.4), (100, 0.2), (1000, 0.9), (7, 0.7)])
+def test_binomial_matches_cpu_distribution(count, prob, attempts, no_fallback, monkeypatch):
+    """Inversion below count * p = 10, BTRS above, p > 0.5 through 1 - p; edge values as CPU."""
+    if attempts is not None:
+        monkeypatch.setattr("torch_zyx.ops.rejection._ATTEMPTS", attempts)
+        monkeypatch.setattr("torch_zyx.ops.rejection._PRODUCT_TERMS", 2)
+    torch.manual_seed(0)
+    counts, probs = torch.full((20000,), float(count)), torch.full((20000,), prob)
+    got = torch.binomial(counts.to("zyx"), probs.to("zyx")).cpu()
+    assert _ks_distance(got, torch.binomial(counts, probs)) < 0.0195
+    edge_counts = torch.tensor([0.0, 5, 5, 5, -1, 5])
+    edge_probs = torch.tensor([0.5, 0, 1, float("nan"), 0.5, 0.5])
+    got = torch.binomial(edge_counts.to("zyx"), edge_probs.to("zyx")).cpu()
+    torch.testing.assert_close(got[:4], torch.binomial(edge_counts, edge_probs)[:4], equal_nan=True)

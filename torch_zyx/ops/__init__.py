@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (registration)
     pooling,
     reduce,
     rejection,
+    reparam,
     resample,
     rnn,
     sampling,
