@@ -40,6 +40,10 @@ def test_factory_and_scalars():
     assert torch.tensor([3, 4], device="zyx").tolist() == [3, 4]
     array = (z + 1).cpu().numpy()
     assert array.shape == (2, 2) and array[1, 1] == pytest.approx(-3.25)
+    # As CUDA tensors: numpy() needs the host copy first, or force=True.
+    with pytest.raises(TypeError, match=r"can't convert zyx:0 device type tensor to numpy\. Use Tensor\.cpu\(\)"):
+        z.numpy()
+    assert z.requires_grad_().numpy(force=True).tolist() == data
 
 
 # *_like and new_* factories on a zyx tensor: dtype, strides, device (a ``device`` argument

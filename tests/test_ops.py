@@ -389,6 +389,8 @@ def test_cat_stack_flip_roll_pad():
     check(lambda x, y: torch.stack([x, y[1:3]], -1), a, b)
     check(lambda x, o: (torch.cat([x, x], out=o), o)[1], a, torch.empty(4, 3), mutates=(1,))
     check(lambda x: torch.cat([x, x], 0), make((2, 3), torch.bool))
+    with pytest.raises(RuntimeError, match="Tensors must have same number of dimensions: got 1 and 2"):
+        torch.cat([torch.ones(2, device="zyx"), torch.ones(2, 2, device="zyx")])  # CPU torch's words
     x = make((3, 4, 5), torch.float32)
     check(lambda t: t.flip(0), x)
     check(lambda t: t.flip(-1, 1), x)

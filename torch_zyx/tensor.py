@@ -279,6 +279,14 @@ class ZyxTensor(torch.Tensor):
         # torch refuses ``tolist`` on wrapper subclasses; the CPU copy has the same values.
         return to_cpu(self).tolist()
 
+    def numpy(self, *, force: bool = False):
+        # As for CUDA tensors: only ``force=True`` copies to the host (torch's own message for
+        # a wrapper subclass names the subclass, not the device).
+        if not force:
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to "
+                            "copy the tensor to host memory first.")
+        return to_cpu(self.detach()).numpy(force=True)
+
     def __format__(self, format_spec: str) -> str:
         if self.dim() == 0:
             return self.item().__format__(format_spec)

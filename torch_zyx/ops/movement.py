@@ -300,6 +300,13 @@ def concat_nodes(nodes: list[Node], axis: int) -> Node:
 @register(aten.cat.default)
 def cat(tensors, dim=0):
     tensors = [t for t in tensors]
+    # CPU torch's rank check (the meta kernel words it differently); legacy empty 1-D tensors
+    # (shape (0,)) join anything.
+    ranked = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
+    for t in ranked[1:]:
+        if t.dim() != ranked[0].dim():
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {ranked[0].dim()} "
+                               f"and {t.dim()}")
     meta = torch.cat([torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors], dim)
     dim = dim % meta.dim() if meta.dim() else 0
     parts = [cast(read(t), meta.dtype) for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
