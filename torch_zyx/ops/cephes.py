@@ -5,7 +5,7 @@ Each follows the algorithm ATen uses (aten/src/ATen/native/Math.h, derived from 
 Library): the same rational and Chebyshev approximations with the same coefficients and the same
 branch points, so float32 results round like ATen's float32 ones. Branches become ``where``
 over every branch's value (all are cheap polynomials), so each function stays one fused
-elementwise expression. ``Ex`` wraps a node so the formulas read like arithmetic.
+elementwise expression, written with ``expr.Ex``.
 
 erfcx is the one deliberate difference: ATen evaluates Johnson's 100-piece Chebyshev table,
 here it is exp(x^2) erfc(x) below 3 (libm's erfc is accurate to an ulp there and x^2 is small)
@@ -17,64 +17,9 @@ from __future__ import annotations
 import math
 
 from ..lazy import graph as g
-from ..lazy.graph import Node
+from .expr import Ex, where
 from .registry import aten
 from .special import _bessel_i, _float_unary, prims
-
-
-class Ex:
-    """A float node with arithmetic operators; Python numbers become constants of its dtype."""
-
-    __slots__ = ("node",)
-
-    def __init__(self, node: Node):
-        self.node = node
-
-    def _other(self, v) -> Node:
-        return v.node if isinstance(v, Ex) else g.const(v, self.node.dtype, self.node.shape)
-
-    def _bin(self, op: str, v, reverse: bool = False) -> Ex:
-        a, b = self.node, self._other(v)
-        return Ex(g.binary(op, b, a) if reverse else g.binary(op, a, b))
-
-    def __add__(self, v): return self._bin("add", v)
-    def __radd__(self, v): return self._bin("add", v, True)
-    def __sub__(self, v): return self._bin("sub", v)
-    def __rsub__(self, v): return self._bin("sub", v, True)
-    def __mul__(self, v): return self._bin("mul", v)
-    def __rmul__(self, v): return self._bin("mul", v, True)
-    def __truediv__(self, v): return self._bin("div", v)
-    def __rtruediv__(self, v): return self._bin("div", v, True)
-    def __neg__(self): return Ex(g.unary("neg", self.node))
-    def __lt__(self, v): return Ex(g.binary("lt", self.node, self._other(v)))
-    def __le__(self, v): return Ex(g.binary("le", self.node, self._other(v)))
-    def __gt__(self, v): return Ex(g.binary("lt", self._other(v), self.node))
-    def __ge__(self, v): return Ex(g.binary("le", self._other(v), self.node))
-    def __and__(self, v): return Ex(g.binary("and", self.node, v.node))
-    def __or__(self, v): return Ex(g.binary("or", self.node, v.node))
-    def __invert__(self): return Ex(g.unary("not", self.node))
-
-    def eq(self, v) -> Ex:
-        return Ex(g.binary("eq", self.node, self._other(v)))
-
-    def ne(self, v) -> Ex:
-        return Ex(g.binary("ne", self.node, self._other(v)))
-
-    def full(self, value) -> Ex:
-        """A constant of this node's dtype and shape."""
-        return Ex(g.const(value, self.node.dtype, self.node.shape))
-
-    def f(self, name: str) -> Ex:
-        """A unary primitive (exp, log, sqrt, sin, ...)."""
-        return Ex(g.unary(name, self.node))
-
-
-def where(cond: Ex, a, b) -> Ex:
-    """``a`` where ``cond`` else ``b``; either may be a Python number (taking the other's dtype)."""
-    like = a if isinstance(a, Ex) else b
-    a = a if isinstance(a, Ex) else Ex(g.const(a, like.node.dtype, cond.node.shape))
-    b = b if isinstance(b, Ex) else Ex(g.const(b, like.node.dtype, cond.node.shape))
-    return Ex(g.where(cond.node, a.node, b.node))
 
 
 def polevl(x: Ex, coefs) -> Ex:

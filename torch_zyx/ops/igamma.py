@@ -20,7 +20,8 @@ import torch
 
 from ..lazy import graph as g
 from ..tensor import read, wrap, zdtype
-from .cephes import Ex, polevl, where
+from .cephes import polevl
+from .expr import Ex, where
 from .registry import PROMOTE_INT_TO_FLOAT, aten, broadcast, operand, register, result_dtype
 from .special import _opmath, prims
 

@@ -23,27 +23,20 @@ from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import ZYX_TO_TORCH, ZyxTensor, read, write
 from .elementwise import lerp_scalar_weight
+from .expr import Ex
 from .nn import _acc_dtype
 from .registry import aten, register
 
 _F64 = dtypes.float64
 
 
-def _f64(value) -> Node:
-    """A 0-d float64 node of a number, or of a one-element tensor (read on the device)."""
+def _f64(value) -> Ex:
+    """A 0-d float64 value of a number, or of a one-element tensor (read on the device)."""
     if isinstance(value, ZyxTensor):
-        return g.reshape(g.cast(read(value), _F64), ())
+        return Ex(g.reshape(g.cast(read(value), _F64), ()))
     if isinstance(value, torch.Tensor):
         value = value.item()
-    return g.const(float(value), _F64, ())
-
-
-def _num(value: float) -> Node:
-    return g.const(float(value), _F64, ())
-
-
-def _f64_op(op: str, x: Node, y: Node) -> Node:
-    return g.binary(op, x, y)
+    return Ex(g.const(float(value), _F64, ()))
 
 
 class _Step:
@@ -73,6 +66,8 @@ class _Step:
 
     def scalar(self, value) -> Node:
         """A number or a 0-d node in the compute dtype, broadcast to the parameter's shape."""
+        if isinstance(value, Ex):
+            value = value.node
         node = value if isinstance(value, Node) else g.const(float(value), self.compute, ())
         if node.dtype is not self.compute:
             node = g.cast(node, self.compute)
@@ -105,16 +100,15 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr
     for i, param in enumerate(params):
         step = _Step(param, grads[i], grad_scale, found_inf, maximize)
         count = _f64(state_steps[i])
-        bias_correction1 = _f64_op("sub", _num(1.0), _f64_op("pow", _num(beta1), count))
-        bias_correction2 = _f64_op("sub", _num(1.0), _f64_op("pow", _num(beta2), count))
-        step_size = _f64_op("div", lr64, bias_correction1)
-        bias_correction2_sqrt = g.unary("sqrt", bias_correction2)
+        bias_correction1 = 1.0 - float(beta1) ** count
+        bias_correction2 = 1.0 - float(beta2) ** count
+        step_size = lr64 / bias_correction1
+        bias_correction2_sqrt = bias_correction2.f("sqrt")
         value = step.load(param)
         grad = step.grad
         if weight_decay != 0:
             if decoupled:
-                shrink = _f64_op("sub", _num(1.0), _f64_op("mul", lr64, _num(weight_decay)))
-                value = step.mul(value, shrink)
+                value = step.mul(value, 1.0 - lr64 * weight_decay)
             else:
                 grad = g.binary("add", grad, step.mul(value, weight_decay))
         torch_compute = ZYX_TO_TORCH[step.compute]
@@ -129,7 +123,7 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr
             step.set(max_exp_avg_sqs[i], second)
         denom = g.binary("add", g.binary("div", g.unary("sqrt", second), step.scalar(bias_correction2_sqrt)),
                          step.scalar(eps))
-        update = g.binary("div", step.mul(exp_avg, g.unary("neg", step_size)), denom)
+        update = g.binary("div", step.mul(exp_avg, -step_size), denom)
         step.set(param, g.binary("add", value, update))
         step.commit()
 
@@ -161,7 +155,7 @@ def fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
                                   step.mul(grad, 1 - dampening))
             step.set(momentum_buffer_list[i], buffer)
             grad = g.binary("add", grad, step.mul(buffer, momentum)) if nesterov else buffer
-        step.set(param, g.binary("add", value, step.mul(grad, g.unary("neg", lr64))))
+        step.set(param, g.binary("add", value, step.mul(grad, -lr64)))
         step.commit()
 
 
@@ -173,8 +167,7 @@ def fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight
     for i, param in enumerate(self):
         step = _Step(param, grads[i], grad_scale, found_inf, maximize)
         count = _f64(state_steps[i])
-        decay = _f64_op("mul", _f64_op("sub", count, _num(1.0)), _num(lr_decay))
-        clr = _f64_op("div", lr64, _f64_op("add", _num(1.0), decay))
+        clr = lr64 / (1.0 + (count - 1.0) * lr_decay)
         value = step.load(param)
         grad = step.grad
         if weight_decay != 0:

@@ -20,7 +20,7 @@ import torch
 
 from ..lazy import graph as g
 from ..tensor import from_cpu, read, wrap, zdtype
-from .cephes import Ex, where
+from .expr import Ex, where
 from .registry import PROMOTE_INT_TO_FLOAT, aten, broadcast, operand, register, result_dtype
 from .special import _opmath
 

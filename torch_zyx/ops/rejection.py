@@ -25,13 +25,9 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
+from .expr import Ex, where
 from .registry import aten, register
 from .sampling import normal_node, uniform_node
-
-# isort: off
-from . import special  # noqa: F401  (before cephes: special imports cephes, which imports special)
-from .cephes import Ex, where
-# isort: on
 
 _F64 = dtypes.float64
 # Attempts recorded per element before the read-back asks whether any element accepted none.

@@ -13,13 +13,10 @@ from __future__ import annotations
 from .. import dtypes
 from ..lazy import graph as g
 from ..tensor import read, wrap, zdtype
+from .expr import Ex, where
 from .nn import _acc_dtype
 from .registry import aten, register
-
-# isort: off
-from .special import digamma  # (before cephes: special imports cephes, which imports special)
-from .cephes import Ex, where
-# isort: on
+from .special import digamma
 
 _F64 = dtypes.float64
 
@@ -37,11 +34,6 @@ _GAMMA_GRAD_COEFFICIENTS = (
 )
 
 
-def _pow(base: Ex, exponent) -> Ex:
-    exponent = exponent if isinstance(exponent, Ex) else base.full(exponent)
-    return Ex(g.binary("pow", base.node, exponent.node))
-
-
 def _gamma_grad(alpha: Ex, x: Ex) -> Ex:
     numer, denom = alpha.full(1.0), alpha
     series1, series2 = numer / denom, numer / (denom * denom)
@@ -50,8 +42,8 @@ def _gamma_grad(alpha: Ex, x: Ex) -> Ex:
         denom = denom + 1.0
         series1 = series1 + numer / denom
         series2 = series2 + numer / (denom * denom)
-    pow_x_alpha = _pow(x, alpha)
-    pdf = _pow(x, alpha - 1.0) * (-x).f("exp")
+    pow_x_alpha = x ** alpha
+    pdf = x ** (alpha - 1.0) * (-x).f("exp")
     cdf = pow_x_alpha * series1
     cdf_alpha = (x.f("log") - Ex(digamma(alpha.node))) * cdf - pow_x_alpha * series2
     taylor = -cdf_alpha / pdf
@@ -63,7 +55,7 @@ def _gamma_grad(alpha: Ex, x: Ex) -> Ex:
     saddle_near = saddle_numer / (1244160.0 * (alpha * alpha) * (alpha * alpha))
     root = (8.0 * alpha).f("sqrt")
     term2 = root / (alpha - x)
-    term3 = _pow(x - alpha - alpha * (x / alpha).f("log"), -1.5)
+    term3 = (x - alpha - alpha * (x / alpha).f("log")) ** -1.5
     term23 = where(x < alpha, term2 - term3, term2 + term3)
     spread = (2.0 / alpha).f("sqrt") * (alpha + x) / ((alpha - x) * (alpha - x))
     term1 = (x / alpha).f("log") * term23 - spread
@@ -129,7 +121,7 @@ def _beta_grad_alpha_small(x: Ex, alpha: Ex, beta: Ex) -> Ex:
         numer = numer * ((float(i) - beta) * x / float(i))
         denom = alpha + float(i)
         series = series + numer / denom * (factor + 1.0 / denom)
-    return _nan_to_zero(x * _pow(1.0 - x, -beta) * series)
+    return _nan_to_zero(x * (1.0 - x) ** -beta * series)
 
 
 def _beta_grad_beta_small(x: Ex, alpha: Ex, beta: Ex) -> Ex:
@@ -142,7 +134,7 @@ def _beta_grad_beta_small(x: Ex, alpha: Ex, beta: Ex) -> Ex:
         dbetas = dbetas * (beta - float(i)) + betas
         betas = betas * (beta - float(i))
         series = series + numer / (alpha + float(i)) * (dbetas + factor * betas)
-    return _nan_to_zero(-_pow(1.0 - x, 1.0 - beta) * series)
+    return _nan_to_zero(-((1.0 - x) ** (1.0 - beta)) * series)
 
 
 def _beta_grad_alpha_mid(x: Ex, alpha: Ex, beta: Ex) -> Ex:
@@ -164,10 +156,10 @@ def _beta_grad_alpha_mid(x: Ex, alpha: Ex, beta: Ex) -> Ex:
                 / (1.0 + 1.0 / (12.0 * total) + 1.0 / (288.0 * total * total)))
     term1_num = 2.0 * (alpha * alpha) * (x - 1.0) + alpha * beta * (x - 1.0) - x * (beta * beta)
     axbx = alpha * (x - 1.0) + beta * x
-    term1 = term1_num / ((2.0 * alpha / beta).f("sqrt") * _pow(total, 1.5) * axbx * axbx)
+    term1 = term1_num / ((2.0 * alpha / beta).f("sqrt") * total ** 1.5 * axbx * axbx)
     term2 = 0.5 * (alpha / (total * x)).f("log")
     term3 = (8.0 * alpha * beta / total).f("sqrt") / (beta * x + alpha * (x - 1.0))
-    term4 = _pow(beta * (beta / (total * (1.0 - x))).f("log") + alpha * (alpha / (total * x)).f("log"), -1.5)
+    term4 = (beta * (beta / (total * (1.0 - x))).f("log") + alpha * (alpha / (total * x)).f("log")) ** -1.5
     far = stirling * prefactor * (term1 + term2 * (term3 + where(x < mean, term4, -term4)))
     return where((mean - 0.1 * std <= x) & (x <= mean + 0.1 * std), near, far)
 
