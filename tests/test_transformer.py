@@ -87,3 +87,14 @@ def test_transform_bias_rescale_qkv_matches_cpu():
     got = torch._transform_bias_rescale_qkv(qkv.to("zyx"), bias.to("zyx"), 2)
     for z, c in zip(got, torch._transform_bias_rescale_qkv(qkv, bias, 2)):
         torch.testing.assert_close(z.cpu(), c)
+
+
+def test_nested_tensor_request_raises_clearly():
+    """zyx has no nested tensors: with mask_check=False the encoder asks for one directly."""
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 1, mask_check=False).to("zyx").eval()
+    x = torch.randn(3, 5, 16, device="zyx")
+    padding = _masks("padding")[1].to("zyx")
+    expected = "zyx has no nested tensors.*enable_nested_tensor=False"
+    with torch.no_grad(), pytest.raises(RuntimeError, match=expected):
+        encoder(x, src_key_padding_mask=padding)

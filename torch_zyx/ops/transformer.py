@@ -164,3 +164,12 @@ def nested_tensor_from_mask_left_aligned(t, mask):
     if mask.dim() != 2:
         raise RuntimeError(f"Padding mask should be 2D, got {mask.dim()}D")
     return False
+
+
+@register(aten._nested_tensor_from_mask.default)
+def nested_tensor_from_mask(t, mask, mask_check=True):
+    """No nested tensors on zyx: raise what to do instead (through the CPU fallback, the CPU's
+    nested result came back as "NestedTensorImpl doesn't support sizes")."""
+    raise RuntimeError("zyx has no nested tensors: torch._nested_tensor_from_mask cannot build one (an "
+                       "nn.TransformerEncoder in eval mode with a padding mask and mask_check=False "
+                       "calls it); construct the encoder with enable_nested_tensor=False")
