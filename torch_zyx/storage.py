@@ -6,7 +6,7 @@ storage-level copies cannot reach it. ``torch.load`` with a zyx map location mov
 storage with ``storage.to(device)`` and then rebuilds every tensor on it as
 ``torch.empty(0, device="zyx").set_(storage, offset, size, stride)``. Here:
 
-- a storage moved to zyx (``storage.to("zyx")``, ``storage.zyx()``) is an ``UntypedStorage``
+- a storage moved to zyx (``storage.to(device="zyx")``) is an ``UntypedStorage``
   on zyx, host memory from device_hooks.cpp's allocator; ``UntypedStorage.copy_`` with a zyx
   storage on either side copies host memory (ATen's storage copy goes through tensors of both
   storages, and a zyx tensor cannot alias one);
