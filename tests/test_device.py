@@ -41,7 +41,8 @@ def test_factory_and_scalars():
     array = (z + 1).cpu().numpy()
     assert array.shape == (2, 2) and array[1, 1] == pytest.approx(-3.25)
     # As CUDA tensors: numpy() needs the host copy first, or force=True.
-    with pytest.raises(TypeError, match=r"can't convert zyx:0 device type tensor to numpy\. Use Tensor\.cpu\(\)"):
+    expected = r"can't convert zyx:0 device type tensor to numpy\. Use Tensor\.cpu\(\)"
+    with pytest.raises(TypeError, match=expected):
         z.numpy()
     assert z.requires_grad_().numpy(force=True).tolist() == data
 

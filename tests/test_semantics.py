@@ -246,8 +246,9 @@ def test_load_cpu_checkpoint_to_zyx(location):
         pytest.skip("zyx storages need zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
     x = torch.arange(12.0).reshape(3, 4)
-    saved = {"x": x, "view": x[1:, ::2], "empty": torch.empty(0, 5), "half": x.half(), "long": torch.arange(5),
-             "bool": torch.tensor([True, False]), "scalar": torch.tensor(3.5), **model.state_dict()}
+    saved = {"x": x, "view": x[1:, ::2], "empty": torch.empty(0, 5), "half": x.half(),
+             "long": torch.arange(5), "bool": torch.tensor([True, False]), "scalar": torch.tensor(3.5),
+             **model.state_dict()}
     buf = io.BytesIO()
     torch.save(saved, buf)
     buf.seek(0)
