@@ -258,6 +258,11 @@ _contiguous: dict[tuple[int, ...], tuple[int, ...]] = {}
 _CONTIGUOUS_MAX = 4096
 
 
+def strided_extent(shape, strides) -> int:
+    """How many elements a (shape, strides) view spans from its first one (0 when empty)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides)) if all(shape) else 0
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     try:
         cached = _contiguous.get(shape)

@@ -30,7 +30,7 @@ def _device(index):
 def empty_storage(shape, strides, dtype: torch.dtype, device_index) -> ZyxTensor:
     """A tensor with fresh (zero-valued) storage large enough for ``shape``/``strides``."""
     shape = tuple(int(s) for s in shape)
-    extent = 1 + sum((s - 1) * st for s, st in zip(shape, strides)) if all(shape) else 0
+    extent = g.strided_extent(shape, strides)
     storage = Storage(g.const(0, zdtype(dtype), (extent,)), _device(device_index))
     return ZyxTensor(storage, shape, strides, 0)
 
@@ -461,7 +461,7 @@ def resize_(x, size, memory_format=None):
     size = tuple(int(s) for s in size)
     storage = x._storage
     strides = _contiguous_for(size, memory_format)
-    needed = x.storage_offset() + (1 + sum((s - 1) * st for s, st in zip(size, strides)) if all(size) else 0)
+    needed = x.storage_offset() + g.strided_extent(size, strides)
     if needed > storage.numel:
         # Grow: the old contents stay in front, new elements are zero (PyTorch leaves them undefined).
         storage.value = g.pad(storage.value, ((0, needed - storage.numel),))
@@ -513,7 +513,7 @@ def set_storage_(x, source, storage_offset=0, size=None, stride=None):
         size, stride, storage_offset = (values.numel(),), (1,), 0
     size = tuple(int(s) for s in size)
     stride = tuple(int(s) for s in stride) if stride is not None else g.contiguous_strides(size)
-    span = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    span = g.strided_extent(size, stride)
     device = x._storage.device
     node = from_cpu(values[storage_offset:storage_offset + span], device)
     restride(x, Storage(node, device), size, stride, 0)

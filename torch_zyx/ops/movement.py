@@ -309,7 +309,7 @@ def cat(tensors, dim=0):
                                f"and {t.dim()}")
     meta = torch.cat([torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors], dim)
     dim = dim % meta.dim() if meta.dim() else 0
-    parts = [cast(read(t), meta.dtype) for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
+    parts = [cast(read(t), meta.dtype) for t in ranked]
     if parts:
         out = concat_nodes(parts, dim)
     else:
@@ -409,7 +409,7 @@ def _scatter_into_view(x, src, view) -> ZyxTensor:
 def as_strided_scatter(x, src, size, stride, storage_offset=None):
     offset = storage_offset or 0
     itemsize = x.element_size()
-    needed = (offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))) if all(size) else 0
+    needed = offset + g.strided_extent(size, stride) if all(size) else 0
     if needed > x.numel():
         raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, "
                            f"storage offset {offset}, and itemsize {itemsize} requiring a storage size of "

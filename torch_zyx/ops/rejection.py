@@ -37,17 +37,9 @@ _ATTEMPTS = 4
 _PRODUCT_TERMS = 16
 
 
-def _c(value: float, like: Node) -> Node:
-    return g.const(value, like.dtype, like.shape)
-
-
-def _b(op: str, x: Node, y) -> Node:
-    return g.binary(op, x, y if isinstance(y, Node) else _c(y, x))
-
-
-def _uniform(shape, device, generator) -> Node:
+def _uniform(shape, device, generator) -> Ex:
     """Uniform in (0, 1]: 1 - u of the generator's [0, 1) draws (never 0, for logs)."""
-    return _b("sub", g.const(1.0, _F64, shape), g.cast(uniform_node(shape, device, generator), _F64))
+    return 1.0 - Ex(g.cast(uniform_node(shape, device, generator), _F64))
 
 
 def _largest(node: Node, device) -> int:
@@ -65,14 +57,14 @@ def _until_accepted(attempt, state: tuple, parameter: Node, device, invalid=None
     if not math.prod(state[0].shape):
         return state
     nan = g.unary("isnan", parameter)
-    state = (g.where(nan, _c(math.nan, state[0]), state[0]), *state[1:])
+    state = (where(Ex(nan), math.nan, Ex(state[0])).node, *state[1:])
     pending = g.unary("not", nan)
     while True:
         state, pending = attempt(state, pending)
         flags = g.cast(pending, dtypes.int32)
         if invalid is not None:
             bad, message = invalid
-            flags = g.binary("max", flags, g.where(bad, _c(2, flags), _c(0, flags)))
+            flags = g.binary("max", flags, where(Ex(bad), 2, Ex(flags).full(0)).node)
         largest = _largest(flags, device)
         if largest >= 2:
             raise RuntimeError(message)
@@ -81,38 +73,34 @@ def _until_accepted(attempt, state: tuple, parameter: Node, device, invalid=None
         invalid = None
 
 
-def _gamma(alpha: Node, device, generator) -> Node:
-    """float64 standard gamma draws of shape parameters ``alpha`` (float64), before the clamp."""
-    shape = alpha.shape
-    small = _b("lt", alpha, 1.0)
-    boost = g.binary("pow", _uniform(shape, device, generator), g.unary("recip", alpha))
-    scale = g.where(small, boost, _c(1.0, alpha))
-    boosted = g.where(small, _b("add", alpha, 1.0), alpha)
-    d = _b("sub", boosted, 1.0 / 3.0)
-    c = g.unary("recip", g.unary("sqrt", _b("mul", d, 9.0)))
+def _gamma(alpha_node: Node, device, generator) -> Node:
+    """float64 standard gamma draws of shape parameters ``alpha_node`` (float64), before the clamp."""
+    shape = alpha_node.shape
+    alpha = Ex(alpha_node)
+    small = alpha < 1.0
+    scale = where(small, _uniform(shape, device, generator) ** alpha.f("recip"), 1.0)
+    d = where(small, alpha + 1.0, alpha) - 1.0 / 3.0
+    c = (d * 9.0).f("sqrt").f("recip")
 
     def attempt(state, pending):
-        (value,) = state
-        chosen, accepted = value, g.const(False, dtypes.bool_, shape)
+        value = Ex(state[0])
+        chosen, accepted = value, Ex(g.const(False, dtypes.bool_, shape))
         for _ in range(_ATTEMPTS):
-            x = normal_node(shape, device, _F64, generator)
+            x = Ex(normal_node(shape, device, _F64, generator))
             u = _uniform(shape, device, generator)
-            y = _b("add", _b("mul", c, x), 1.0)
-            v = _b("mul", _b("mul", y, y), y)
-            xx = _b("mul", x, x)
-            squeeze = _b("lt", u, _b("sub", _c(1.0, u), _b("mul", _b("mul", xx, xx), 0.0331)))
-            log_v = g.unary("log", g.where(_b("lt", _c(0.0, y), y), v, _c(1.0, v)))
-            bound = _b("add", _b("mul", xx, 0.5), _b("mul", d, _b("add", _b("sub", _c(1.0, v), v), log_v)))
-            ok = g.binary("and", _b("lt", _c(0.0, y), y),
-                          g.binary("or", squeeze, _b("lt", g.unary("log", u), bound)))
-            take = g.binary("and", ok, g.unary("not", accepted))
-            chosen = g.where(take, _b("mul", d, v), chosen)
-            accepted = g.binary("or", accepted, ok)
-        value = g.where(pending, chosen, value)
-        return (value,), g.binary("and", pending, g.unary("not", accepted))
+            y = c * x + 1.0
+            v = y * y * y
+            xx = x * x
+            squeeze = u < 1.0 - xx * xx * 0.0331
+            positive = y > 0.0
+            bound = xx * 0.5 + d * ((1.0 - v) + where(positive, v, 1.0).f("log"))
+            ok = positive & (squeeze | (u.f("log") < bound))
+            chosen = where(ok & ~accepted, d * v, chosen)
+            accepted = accepted | ok
+        return (where(Ex(pending), chosen, value).node,), (Ex(pending) & ~accepted).node
 
-    (value,) = _until_accepted(attempt, (g.const(0.0, _F64, shape),), alpha, device)
-    return g.where(_b("eq", alpha, 0.0), _c(0.0, alpha), _b("mul", scale, value))
+    (value,) = _until_accepted(attempt, (g.const(0.0, _F64, shape),), alpha_node, device)
+    return where(alpha.eq(0.0), 0.0, scale * Ex(value)).node
 
 
 def _at_least_tiny(sample: Node, dtype: torch.dtype) -> Node:
@@ -148,54 +136,49 @@ def sample_dirichlet(alpha, generator=None):
     return wrap(out, device)
 
 
-def _poisson(rate: Node, device, generator) -> Node:
-    """float64 Poisson draws of rates ``rate`` (float64)."""
-    shape = rate.shape
-    large = _b("le", _c(10.0, rate), rate)
-    # Hoermann's transformed rejection (PTRS), for rates of 10 and more (others get 1 to stay finite).
-    lam = g.where(large, rate, _c(10.0, rate))
-    slam = g.unary("sqrt", lam)
-    log_lam = g.unary("log", lam)
-    b = _b("add", _b("mul", slam, 2.53), 0.931)
-    a = _b("add", _b("mul", b, 0.02483), -0.059)
-    log_inv_alpha = g.unary("log", _b("add", g.binary("div", _c(1.1328, b), _b("sub", b, 3.4)), 1.1239))
-    vr = _b("sub", _c(0.9277, b), g.binary("div", _c(3.6224, b), _b("sub", b, 2.0)))
+def _poisson(rate_node: Node, device, generator) -> Node:
+    """float64 Poisson draws of rates ``rate_node`` (float64)."""
+    shape = rate_node.shape
+    rate = Ex(rate_node)
+    large = rate >= 10.0
+    # Hoermann's transformed rejection (PTRS), for rates of 10 and more (others get 10 to stay finite).
+    lam = where(large, rate, 10.0)
+    log_lam = lam.f("log")
+    b = lam.f("sqrt") * 2.53 + 0.931
+    a = b * 0.02483 + -0.059
+    log_inv_alpha = (1.1328 / (b - 3.4) + 1.1239).f("log")
+    vr = 0.9277 - 3.6224 / (b - 2.0)
     # The product method below 10: count the running products of uniforms above exp(-rate).
-    floor = g.unary("exp", g.unary("neg", rate))
+    floor = (-rate).f("exp")
 
     def attempt(state, pending):
-        value, product = state
-        chosen, accepted = value, g.const(False, dtypes.bool_, shape)
+        value, product = Ex(state[0]), Ex(state[1])
+        chosen, accepted = value, Ex(g.const(False, dtypes.bool_, shape))
         for _ in range(_ATTEMPTS):
-            u = _b("sub", g.cast(uniform_node(shape, device, generator), _F64), 0.5)
-            v = g.cast(uniform_node(shape, device, generator), _F64)
-            us = _b("sub", _c(0.5, u), g.unary("abs", u))
-            k = g.unary("floor", _b("add", _b("add", _b("mul", _b("add", g.binary(
-                "div", _b("mul", a, 2.0), us), b), u), lam), 0.43))
-            quick = g.binary("and", _b("le", _c(0.07, us), us), _b("le", v, vr))
-            hopeless = g.binary("or", _b("lt", k, 0.0), g.binary("and", _b("lt", us, 0.013), _b("lt", us, v)))
-            lhs = _b("sub", _b("add", g.unary("log", g.where(_b("lt", _c(0.0, v), v), v, _c(1.0, v))),
-                                log_inv_alpha),
-                     g.unary("log", _b("add", g.binary("div", a, _b("mul", us, us)), b)))
-            rhs = _b("sub", _b("add", g.unary("neg", lam), _b("mul", k, log_lam)),
-                     g.unary("lgamma", _b("add", k, 1.0)))
-            ok = g.binary("or", quick, g.binary("and", g.unary("not", hopeless), _b("le", lhs, rhs)))
-            chosen = g.where(g.binary("and", ok, g.unary("not", accepted)), k, chosen)
-            accepted = g.binary("or", accepted, ok)
+            u = Ex(g.cast(uniform_node(shape, device, generator), _F64)) - 0.5
+            v = Ex(g.cast(uniform_node(shape, device, generator), _F64))
+            us = 0.5 - u.f("abs")
+            k = ((a * 2.0 / us + b) * u + lam + 0.43).f("floor")
+            quick = (us >= 0.07) & (v <= vr)
+            hopeless = (k < 0.0) | ((us < 0.013) & (us < v))
+            lhs = where(v > 0.0, v, 1.0).f("log") + log_inv_alpha - (a / (us * us) + b).f("log")
+            rhs = -lam + k * log_lam - (k + 1.0).f("lgamma")
+            ok = quick | (~hopeless & (lhs <= rhs))
+            chosen = where(ok & ~accepted, k, chosen)
+            accepted = accepted | ok
         count = value
         for _ in range(_PRODUCT_TERMS):
-            product = _b("mul", product, g.cast(uniform_node(shape, device, generator), _F64))
-            count = g.where(_b("lt", floor, product), _b("add", count, 1.0), count)
-        small_done = g.unary("not", _b("lt", floor, product))
-        done = g.where(large, accepted, small_done)
-        value = g.where(pending, g.where(large, chosen, count), value)
-        return (value, product), g.binary("and", pending, g.unary("not", done))
+            product = product * Ex(g.cast(uniform_node(shape, device, generator), _F64))
+            count = where(floor < product, count + 1.0, count)
+        done = where(large, accepted, ~(floor < product))
+        value = where(Ex(pending), where(large, chosen, count), value)
+        return (value.node, product.node), (Ex(pending) & ~done).node
 
     state = (g.const(0.0, _F64, shape), g.const(1.0, _F64, shape))
-    invalid = g.binary("or", _b("lt", rate, 0.0), g.unary("isnan", rate))
-    value, _ = _until_accepted(attempt, state, rate, device,
-                               (invalid, "invalid Poisson rate, expected rate to be non-negative"))
-    return g.where(_b("eq", rate, 0.0), _c(0.0, rate), value)
+    invalid = (rate < 0.0) | Ex(g.unary("isnan", rate_node))
+    value, _ = _until_accepted(attempt, state, rate_node, device,
+                               (invalid.node, "invalid Poisson rate, expected rate to be non-negative"))
+    return where(rate.eq(0.0), 0.0, Ex(value)).node
 
 
 @register(aten.poisson.default)

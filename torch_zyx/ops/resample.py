@@ -14,34 +14,28 @@ from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
+from .expr import Ex, where
 from .registry import aten, register
 
 _F64 = dtypes.float64
 
 
-def _triangle(distance: Node) -> Node:
+def _triangle(distance: Ex) -> Ex:
     """The bilinear filter at ``distance`` (>= 0): 1 - d inside the unit interval, else 0."""
-    return g.binary("max", g.binary("sub", _like(distance, 1.0), distance), _like(distance, 0.0))
+    return Ex(g.binary("max", (1.0 - distance).node, distance.full(0.0).node))
 
 
-def _keys_cubic(distance: Node) -> Node:
+def _keys_cubic(distance: Ex) -> Ex:
     """The anti-aliased bicubic filter (Keys, a = -0.5, as PIL and ATen's aa kernels) at ``distance``."""
     a = -0.5
     d = distance
-    near = g.binary("add", g.binary("mul", g.binary("mul", g.binary(
-        "sub", g.binary("mul", _like(d, a + 2), d), _like(d, a + 3)), d), d), _like(d, 1.0))
-    far = g.binary("sub", g.binary("mul", g.binary("add", g.binary("mul", g.binary(
-        "sub", g.binary("mul", _like(d, a), d), _like(d, 5 * a)), d), _like(d, 8 * a)), d), _like(d, 4 * a))
-    return g.where(g.binary("lt", d, _like(d, 1.0)), near,
-                   g.where(g.binary("lt", d, _like(d, 2.0)), far, _like(d, 0.0)))
+    near = ((a + 2) * d - (a + 3)) * d * d + 1.0
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return where(d < 1.0, near, where(d < 2.0, far, 0.0))
 
 
 # interpolation mode → (filter, its support in input pixels at scale 1: interp_size / 2)
 _AA_FILTERS = {"bilinear": (_triangle, 1.0), "bicubic": (_keys_cubic, 2.0)}
-
-
-def _like(node: Node, value: float) -> Node:
-    return g.const(value, node.dtype, node.shape)
 
 
 def _aa_weights(n_in: int, n_out: int, align_corners: bool, scale_factor, mode: str = "bilinear") -> Node:
@@ -68,7 +62,7 @@ def _aa_weights(n_in: int, n_out: int, align_corners: bool, scale_factor, mode: 
                   c(float(n_in)))
     inside = g.binary("and", g.binary("le", lo, j), g.binary("lt", j, hi))
     dist = g.unary("abs", g.binary("mul", g.binary("add", g.binary("sub", j, center), c(0.5)), c(inv)))
-    w = g.where(inside, kernel(dist), c(0.0))
+    w = g.where(inside, kernel(Ex(dist)).node, c(0.0))
     total = g.expand(g.reduce("sum", w, (1,)), shape)
     return g.where(g.binary("eq", total, c(0.0)), w, g.binary("div", w, total))
 
