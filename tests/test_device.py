@@ -131,6 +131,46 @@ def test_model_to_zyx():
         assert_close(model(x.to("zyx")), expected.detach(), rtol=1e-5, atol=1e-5)
 
 
+def test_model_to_zyx_keeps_shared_parameters_shared():
+    """A weight two modules share (an embedding tied to the output projection) stays one
+    parameter through model.to("zyx"), dtype changes, .cpu() and to_empty, and trains as one:
+    PyTorch gave each module a new parameter of its own for a PrivateUse1 device."""
+    torch.manual_seed(0)
+
+    def model():
+        emb, head, mid = torch.nn.Embedding(10, 6), torch.nn.Linear(6, 10, bias=False), torch.nn.Linear(6, 6)
+        head.weight = emb.weight
+        mid.register_buffer("scale", torch.full((6,), 0.5))
+        return torch.nn.ModuleList([emb, mid, head])
+
+    def step(modules, idx, device):
+        emb, mid, head = modules
+        opt = torch.optim.SGD(modules.parameters(), lr=0.5)
+        for _ in range(2):
+            loss = torch.nn.functional.cross_entropy(head(mid(emb(idx)) * mid.scale), idx)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return loss.detach(), emb.weight.detach()
+
+    cpu = model()
+    zyx = model()
+    zyx.load_state_dict(cpu.state_dict())
+    zyx.to("zyx")
+    assert zyx[2].weight is zyx[0].weight and len(list(zyx.parameters())) == 3
+    idx = torch.tensor([1, 4, 7, 2])
+    for e, z in zip(step(cpu, idx, "cpu"), step(zyx, idx.to("zyx"), "zyx")):
+        assert_close(z, e, rtol=1e-5, atol=1e-6)
+    zyx.double()
+    assert zyx[2].weight is zyx[0].weight and zyx[0].weight.dtype == torch.float64
+    zyx.cpu()
+    assert zyx[2].weight is zyx[0].weight and zyx[0].weight.device.type == "cpu"
+    torch.testing.assert_close(zyx[0].weight, cpu[0].weight.detach().double())
+    zyx.to_empty(device="zyx")
+    assert zyx[2].weight is zyx[0].weight and zyx[0].weight.device.type == "zyx"
+    assert zyx[1].scale.device.type == "zyx"
+
+
 def test_memory_format_conversions_match_cpu():
     """``to(memory_format=...)`` lays the copy out as asked, ``to(dtype)`` and ``clone`` keep a
     dense layout (channels_last stays channels_last), as on CPU; Module.to(memory_format) too."""
@@ -204,6 +244,42 @@ def test_torch_zyx_module():
     assert zyx.max_memory_allocated() >= zyx.memory_allocated()
     del big
     zyx.empty_cache()
+
+
+@pytest.mark.skipif(not device_guard.native_hooks(), reason="the C++ device guard and hooks are not in use "
+                    "(no C++ compiler, or ZYX_NATIVE=0): torch.accelerator's synchronize and memory "
+                    "functions need them")
+def test_torch_accelerator_functions():
+    """torch.accelerator (and torch.Stream / torch.Event) on zyx: synchronizing realizes what is
+    pending and waits for it; the memory functions report zyx's pools (they raised before)."""
+    acc = torch.accelerator
+    assert acc.current_accelerator().type == "zyx" and acc.device_count() >= 1
+    torch_zyx.reset_counters()
+    x = torch.randn(1000, device="zyx") * 2
+    acc.synchronize()
+    assert torch_zyx.counters()["realizations"] == 1
+    y = x + 1
+    acc.current_stream().synchronize()
+    event = torch.Event(device="zyx")
+    event.record()
+    event.synchronize()
+    assert torch_zyx.counters()["realizations"] == 2 and event.query()
+    gc.collect()
+    acc.synchronize()
+    assert acc.memory_allocated() == torch.zyx.memory_allocated() >= 2 * 4000
+    big = torch.ones(1 << 16, device="zyx") + y.sum()
+    acc.synchronize()
+    stats = acc.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.zyx.memory_allocated() >= 1 << 18
+    assert acc.max_memory_allocated() >= acc.memory_allocated()
+    assert acc.memory_reserved() >= acc.memory_allocated()
+    del big
+    acc.reset_peak_memory_stats()
+    assert acc.max_memory_allocated() == acc.memory_allocated()
+    acc.empty_cache()
+    assert acc.memory_reserved() == torch.zyx.memory_reserved()
+    free, total = acc.get_memory_info()
+    assert 0 < free <= total
 
 
 def test_counters_and_reset():

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, make
+from conftest import assert_close, check, make
 
 # ---------------------------------------------------------------------------- sort and scan (opinfo-a)
 
@@ -333,6 +333,30 @@ def test_ctc_loss(reduction):
         return loss, lp.grad
 
     check(run, log_probs, targets)
+
+
+@pytest.mark.parametrize("lengths_on", ["cpu", "zyx"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_ctc_loss_with_length_tensors(lengths_on, reduction):
+    """Length tensors (CPU ones, as data loaders give them, or zyx ones) with zyx log-probs: the
+    composite form PyTorch takes for tensor subclasses divided the zyx losses by CPU lengths."""
+    log_probs = make((12, 3, 5), torch.float32).log_softmax(2)
+    targets = torch.tensor([[1, 2, 2, 4], [3, 1, 0, 0], [4, 4, 2, 0]])
+    input_lengths, target_lengths = torch.tensor([12, 10, 7]), torch.tensor([4, 2, 3], dtype=torch.int32)
+
+    def run(lp, tg, device):
+        lp = lp.clone().requires_grad_()
+        loss = F.ctc_loss(lp, tg, input_lengths.to(device), target_lengths.to(device), reduction=reduction)
+        loss.sum().backward()
+        return loss, lp.grad
+
+    expected = run(log_probs, targets, "cpu")
+    got = run(log_probs.to("zyx"), targets.to("zyx"), lengths_on)
+    for e, z in zip(expected, got):
+        assert z.device.type == "zyx"
+        assert_close(z, e, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="input_lengths must be integral"):
+        F.ctc_loss(log_probs.to("zyx"), targets.to("zyx"), input_lengths.float(), target_lengths)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear", "linear", "trilinear"])

@@ -35,8 +35,8 @@ def _register() -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     # (dispatch registers the lowerings)
-    from . import autocast, device_guard, device_module, dispatch, storage  # noqa: F401
-    from .ops import factory
+    from . import autocast, device_guard, device_module, dispatch, module_conversion, storage  # noqa: F401
+    from .ops import ctc, factory
 
     # Before the set-up below, which registers PyTorch's Python guard unless one exists.
     device_guard.install()
@@ -58,8 +58,13 @@ def _register() -> None:
     lib.impl("arange", factory.arange_end, "PrivateUse1")
     lib.impl("arange.start", factory.arange_start_end, "PrivateUse1")
     lib.impl("arange.start_step", factory.arange, "PrivateUse1")
+    # ctc_loss with length tensors: PyTorch's composite form for tensor subclasses divides the
+    # zyx losses by the (usually CPU) target lengths; the lengths as lists take the path CPU
+    # and CUDA tensors take (ops/ctc.py).
+    lib.impl("ctc_loss.Tensor", ctc.ctc_loss_tensor_lengths, "AutogradPrivateUse1")
     _LIBRARIES.append(lib)
     autocast.install()
+    module_conversion.install()
 
 
 def _copy_from_and_resize(src, dst):

@@ -6,13 +6,34 @@
 // type on every call, including from the noexcept destructor of the stream guard that
 // autograd's engine holds around each backward node: when a zyx op raised inside a backward,
 // that call ran with the Python error still set and the process was terminated. This guard
-// never enters Python. Its behaviour is that guard's: one device index, 0, and one default
-// stream; zyx orders its work with its own events (memory/events.py), so streams and events
-// here are no-ops.
+// never enters Python on those paths. Its behaviour is that guard's: one device index, 0, and
+// one default stream; zyx orders its work with its own events (memory/events.py), so recording
+// and blocking on streams and events are no-ops. Synchronizing the device, its stream or an
+// event (torch.accelerator.synchronize(), torch.Stream/torch.Event.synchronize()) is an
+// explicit call from a program: it runs torch.zyx.synchronize() through a callback that
+// device_guard.py sets, as waiting for the stream waits for everything recorded before it.
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <string>
 
 namespace {
+
+// torch.zyx.synchronize() from Python (a ctypes callback, which takes the GIL itself): 0 when
+// it succeeded, else it wrote its error into the buffer.
+using SyncCallback = int (*)(char* message, int capacity);
+SyncCallback sync_callback = nullptr;
+
+void synchronize_all() {
+  if (sync_callback == nullptr) {
+    return;
+  }
+  char message[1024] = {0};
+  if (sync_callback(message, sizeof(message)) != 0) {
+    TORCH_CHECK(false, std::string(message));
+  }
+}
 
 using c10::Device;
 using c10::DeviceIndex;
@@ -40,7 +61,9 @@ struct ZyxGuard final : public c10::impl::DeviceGuardImplInterface {
   bool queryEvent(void*) const override { return true; }
   void destroyEvent(void*, const DeviceIndex) const noexcept override {}
   bool queryStream(const Stream&) const override { return true; }
-  void synchronizeStream(const Stream&) const override {}
+  void synchronizeStream(const Stream&) const override { synchronize_all(); }
+  void synchronizeEvent(void*) const override { synchronize_all(); }
+  void synchronizeDevice(const DeviceIndex) const override { synchronize_all(); }
 };
 
 }  // namespace
@@ -54,3 +77,6 @@ extern "C" int zyx_register_device_guard() {
   c10::impl::registerDeviceGuard(kZyx, new ZyxGuard());
   return 1;
 }
+
+// The callback synchronizing the device (device_guard.py keeps the ctypes object alive).
+extern "C" void zyx_set_synchronize(SyncCallback callback) { sync_callback = callback; }

@@ -111,4 +111,53 @@ def install() -> bool:
         return False
     _state["native"] = library.zyx_register_device_guard() == 1
     _state["hooks"] = library.zyx_register_hooks() == 1
+    if _state["native"]:
+        library.zyx_set_synchronize(_SYNCHRONIZE)
+    if _state["hooks"]:
+        library.zyx_set_pool_callback(_POOLS)
     return _state["native"]
+
+
+def _report(error: Exception, message, capacity: int) -> int:
+    """An error of a callback, written for C++ to raise (no exception crosses ctypes)."""
+    text = f"{type(error).__name__}: {error}".encode()[:capacity - 1]
+    ctypes.memmove(message, text, len(text))
+    return 1
+
+
+def _synchronize(message, capacity: int) -> int:
+    """torch.zyx.synchronize() for the C++ guard's stream, event and device synchronization."""
+    from .device_module import synchronize
+
+    try:
+        synchronize()
+    except Exception as exc:  # noqa: BLE001  (C++ raises it as a RuntimeError)
+        return _report(exc, message, capacity)
+    return 0
+
+
+def _pools(request: int, values, message, capacity: int) -> int:
+    """What the C++ device allocator asks of the pools (device_hooks.cpp ``PoolRequest``):
+    0 their statistics into ``values``, 1 empty the caches, 2 reset the peaks, 3 reset the
+    accumulated counts (zyx keeps none)."""
+    from . import device_module as zyx
+
+    try:
+        if request == 0:
+            stats = (zyx.memory_allocated(), zyx.max_memory_allocated(), zyx.memory_reserved(),
+                     zyx.max_memory_reserved())
+            for i, value in enumerate(stats):
+                values[i] = value
+        elif request == 1:
+            zyx.empty_cache()
+        elif request == 2:
+            zyx.reset_peak_memory_stats()
+    except Exception as exc:  # noqa: BLE001  (C++ raises it as a RuntimeError)
+        return _report(exc, message, capacity)
+    return 0
+
+
+# Kept alive for the process's life: the C++ guard and allocator hold their addresses.
+_SYNCHRONIZE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)(_synchronize)
+_POOLS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
+                          ctypes.c_int)(_pools)

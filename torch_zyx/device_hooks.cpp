@@ -16,10 +16,15 @@
 // Also the allocator of zyx storages (`torch.UntypedStorage(n, device="zyx")`, which crashed the
 // process without one): zyx tensors keep their data in zyx's own pools, so such a storage is
 // host memory, what torch.load(map_location="zyx") fills before it rebuilds each tensor on it
-// (storage.py copies the bytes into a zyx buffer when a tensor is set to the storage).
+// (storage.py copies the bytes into a zyx buffer when a tensor is set to the storage). It is
+// the device's c10::DeviceAllocator, which is where torch.accelerator's memory functions
+// (memory_allocated, memory_stats, empty_cache, reset_peak_memory_stats, get_memory_info) ask:
+// its statistics are those of zyx's pools (torch.zyx.memory_allocated() and friends), read
+// through a callback that device_guard.py sets.
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/Functions.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/GeneratorImpl.h>
 
 #include <chrono>
@@ -27,6 +32,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
+#include <unistd.h>
 
 namespace {
 
@@ -83,7 +90,26 @@ struct PinnedAllocator final : public c10::Allocator {
 // ------------------------------------------------------------------------------ zyx storages
 void free_host(void* data) { std::free(data); }
 
-struct StorageAllocator final : public c10::Allocator {
+// What the pools answer (device_guard.py): the request, then 4 values it fills for kStats
+// (bytes allocated, their peak, bytes reserved, their peak); 0 when it succeeded, else the
+// error's text is in the buffer.
+enum PoolRequest { kStats = 0, kEmptyCache = 1, kResetPeak = 2, kResetAccumulated = 3 };
+using PoolCallback = int (*)(int request, int64_t* values, char* message, int capacity);
+PoolCallback pool_callback = nullptr;
+
+void ask_pools(PoolRequest request, int64_t* values) {
+  TORCH_CHECK(pool_callback != nullptr, "zyx: the device's memory statistics are not available");
+  char message[1024] = {0};
+  TORCH_CHECK(pool_callback(request, values, message, sizeof(message)) == 0, std::string(message));
+}
+
+void set_stat(c10::CachingAllocator::StatArray& stats, int64_t current, int64_t peak) {
+  auto& all = stats[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  all.current = current;
+  all.peak = peak;
+}
+
+struct StorageAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(std::size_t bytes) override {
     void* data = nullptr;
     if (bytes) {
@@ -95,6 +121,27 @@ struct StorageAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &free_host; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
+  }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override { ask_pools(kEmptyCache, nullptr); }
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one stream, ordered by events
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex) override {
+    int64_t values[4] = {0, 0, 0, 0};
+    ask_pools(kStats, values);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    set_stat(stats.allocated_bytes, values[0], values[1]);
+    set_stat(stats.active_bytes, values[0], values[1]);
+    set_stat(stats.requested_bytes, values[0], values[1]);
+    set_stat(stats.reserved_bytes, values[2], values[3]);
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex) override { ask_pools(kResetAccumulated, nullptr); }
+  void resetPeakStats(c10::DeviceIndex) override { ask_pools(kResetPeak, nullptr); }
+  // zyx's memory is the host's: its free (available) and total physical memory.
+  std::pair<std::size_t, std::size_t> getMemoryInfo(c10::DeviceIndex) override {
+    auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    return {page * static_cast<std::size_t>(sysconf(_SC_AVPHYS_PAGES)),
+            page * static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES))};
   }
 };
 
@@ -173,3 +220,6 @@ extern "C" int zyx_register_hooks() {
   c10::SetAllocator(kZyx, &storage_allocator);
   return 1;
 }
+
+// The callback answering for zyx's pools (device_guard.py keeps the ctypes object alive).
+extern "C" void zyx_set_pool_callback(PoolCallback callback) { pool_callback = callback; }

@@ -143,9 +143,14 @@ def memory_reserved(device=None) -> int:
     return _ctx(device).pool.reserved
 
 
+def max_memory_reserved(device=None) -> int:
+    return _ctx(device).pool.max_reserved
+
+
 def reset_peak_memory_stats(device=None) -> None:
     pool = _ctx(device).pool
     pool.max_allocated = pool.allocated
+    pool.max_reserved = pool.reserved
 
 
 def empty_cache() -> None:

@@ -34,6 +34,7 @@ class CachingPool:
         self.allocated = 0  # bytes held by live buffers (not counting the cache)
         self.max_allocated = 0
         self.reserved = 0  # live + cached
+        self.max_reserved = 0
         self._pending: list[tuple[object, list[Event]]] = []
 
     # --------------------------------------------------------------- device-specific parts
@@ -72,6 +73,7 @@ class CachingPool:
             else:
                 buffer = self._allocate_new(nbytes)
                 self.reserved += nbytes
+                self.max_reserved = max(self.max_reserved, self.reserved)
             self.allocated += nbytes
             self.max_allocated = max(self.max_allocated, self.allocated)
         if CONFIG.debug & DEBUG_ALLOCATIONS:

@@ -249,3 +249,18 @@ def _shift_left(x: Node, k: int, fill) -> Node:
     pad = ((0, 0),) * (len(x.shape) - 1) + ((0, k),)
     valid = g.pad(g.const(True, dtypes.bool_, x.shape[:-1] + (n - k,)), pad)
     return g.where(valid, g.pad(g.shrink(x, bounds), pad), g.const(fill, x.dtype, x.shape))
+
+
+def ctc_loss_tensor_lengths(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=1,
+                            zero_infinity=False):
+    """``ctc_loss`` with length tensors, registered for zyx above autograd (torch_zyx._register).
+
+    PyTorch sends tensor subclasses through a composite form that ends dividing the zyx losses
+    by ``target_lengths`` where they are, usually on the CPU: a device mismatch. CPU and CUDA
+    tensors take a fast path that reads the lengths to the host first; this is that path, so
+    the lengths' values come to the host here as they do there."""
+    for name, lengths in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
+        if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+            raise RuntimeError(f"{name} must be integral")
+    return torch.ctc_loss(log_probs, targets, input_lengths.cpu().long().tolist(),
+                          target_lengths.cpu().long().tolist(), blank, reduction, zero_infinity)
