@@ -268,6 +268,48 @@ def test_load_cpu_checkpoint_to_zyx(location):
         assert torch.zyx.current_device() == 0
 
 
+def test_load_to_zyx_keeps_views_of_one_storage_shared():
+    """Tensors saved as views of one storage (tied weights, slices) load under
+    map_location="zyx" as views of one zyx storage: a write through one shows in the others."""
+    from torch_zyx import device_guard
+
+    if not device_guard.native_hooks():
+        pytest.skip("zyx storages need zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")
+    base = torch.arange(12.0)
+    saved = {"base": base, "rows": base[2:8].view(2, 3), "t": base.view(3, 4).t(), "other": torch.ones(2)}
+    buf = io.BytesIO()
+    torch.save(saved, buf)
+    buf.seek(0)
+    cpu, zyx = torch.load(buf), None
+    buf.seek(0)
+    zyx = torch.load(buf, map_location="zyx")
+    for key, value in cpu.items():
+        assert zyx[key].stride() == value.stride() and zyx[key].storage_offset() == value.storage_offset()
+    for loaded in (cpu, zyx):
+        loaded["base"][3] = 100.0
+        loaded["t"][0, 2] = -1.0
+    for key, value in cpu.items():
+        torch.testing.assert_close(zyx[key].cpu(), value)
+
+
+def test_storage_queries():
+    """is_set_to and _has_same_storage_numel (forward AD asks the latter of primal and tangent)."""
+    a = torch.ones(3, 4, device="zyx")
+    assert a.is_set_to(a) and a.is_set_to(a.view(3, 4))
+    assert not a.is_set_to(a[1:]) and not a.is_set_to(a.t()) and not a.is_set_to(torch.ones(3, 4, device="zyx"))
+    assert torch.ops.aten._has_same_storage_numel(a, a[1:]) and torch.ops.aten._has_same_storage_numel(a, a + 1)
+    assert not torch.ops.aten._has_same_storage_numel(a, torch.ones(5, device="zyx"))
+
+
+def test_operands_on_another_device_raise_as_on_cuda():
+    a = torch.ones(3, device="zyx")
+    for other in (torch.ones(3), torch.ones(1)):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at "
+                                               "least two devices, zyx:0 and cpu!"):
+            a + other
+    assert_close(a * torch.tensor(2.0), torch.full((3,), 2.0))  # a 0-d CPU tensor is a scalar
+
+
 def test_deepcopy_tensor_parameter_module():
     import copy
 

@@ -90,6 +90,27 @@ def test_autograd_basics():
     assert x.grad.device.type == "zyx" and w.grad.device.type == "zyx"
 
 
+def test_forward_mode_ad_matches_cpu():
+    """Dual numbers, torch.func.jvp and hessian (forward over reverse) on zyx tensors: forward AD
+    makes zero tangents with _efficientzerotensor, a factory zyx had no kernel for."""
+    import torch.autograd.forward_ad as fwAD
+
+    def run(device):
+        torch.manual_seed(0)
+        x, t = torch.randn(4, 3).to(device), torch.randn(4, 3).to(device)
+        w = torch.randn(3, 5).to(device)
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(x, t)
+            out = torch.nn.functional.layer_norm((dual.sin() * dual) @ w, (5,)).softmax(-1).sum(0)
+            primal, tangent = fwAD.unpack_dual(out)
+        value, jvp = torch.func.jvp(lambda z: (z.tanh() @ z.T).sum(1), (x,), (t,))
+        hessian = torch.func.hessian(lambda z: (z ** 3).sum() + (z @ w).exp().sum())(x[0])
+        return primal, tangent, value, jvp, hessian
+
+    for expected, got in zip(run("cpu"), run("zyx")):
+        assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
 def test_state_dict_roundtrip_across_devices():
     torch.manual_seed(0)
     data = (torch.randn(4, 8), torch.randn(4, 4))

@@ -58,6 +58,7 @@ def _register() -> None:
     lib.impl("arange", factory.arange_end, "PrivateUse1")
     lib.impl("arange.start", factory.arange_start_end, "PrivateUse1")
     lib.impl("arange.start_step", factory.arange, "PrivateUse1")
+    lib.impl("_efficientzerotensor", factory.efficient_zero_tensor, "PrivateUse1")
     # ctc_loss with length tensors: PyTorch's composite form for tensor subclasses divides the
     # zyx losses by the (usually CPU) target lengths; the lengths as lists take the path CPU
     # and CUDA tensors take (ops/ctc.py).

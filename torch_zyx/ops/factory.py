@@ -6,6 +6,7 @@ are sampling.py's.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
@@ -259,6 +260,15 @@ def arange_start_end(start, end, dtype=None, layout=None, device=None, pin_memor
     return arange(start, end, 1, dtype, layout, device, pin_memory)
 
 
+def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+    """``aten::_efficientzerotensor``, registered as the device's kernel (it has no composite
+    form): forward AD's zero tangents. CPU and CUDA make a ZeroTensor, zeros no op ever reads;
+    here they are plain zeros, which a kernel folds as constants all the same."""
+    index = torch.device(device).index if device is not None else None
+    dtype = dtype or torch.get_default_dtype()
+    return wrap(g.const(0, zdtype(dtype), tuple(int(s) for s in size)), _device(index))
+
+
 @register(aten.arange.start_out)
 def arange_out(start, end, step=1, out=None):
     result = arange(start, end, step, dtype=out.dtype, device=out.device)
@@ -501,23 +511,50 @@ def set_tensor_(x, source):
 
 @register(aten.set_.source_Storage, aten.set_.source_Storage_storage_offset)
 def set_storage_(x, source, storage_offset=0, size=None, stride=None):
-    """``x`` set to a zyx storage (host memory, storage.py): the span of elements it covers is
-    copied into a zyx buffer, and ``x`` views it with the given strides (torch.load's rebuild of
-    each tensor under map_location="zyx")."""
+    """``x`` set to a zyx storage (host memory, storage.py): ``x`` views, with the given
+    strides, a zyx storage holding a copy of its bytes. torch.load rebuilds each saved tensor
+    this way under map_location="zyx": the tensors it sets to one storage object (views of one
+    tensor, tied weights) share one zyx storage, as they shared theirs when saved."""
     if source.device.type != "zyx":
         raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{x.device}\" to a storage "
                            f"on different device \"{source.device}\".  This is no longer allowed; the "
                            "devices must match.")
-    values = zyx_storage.host_view(source, x.dtype)
     if size is None:
-        size, stride, storage_offset = (values.numel(),), (1,), 0
+        size, stride, storage_offset = (source.nbytes() // x.element_size(),), (1,), 0
     size = tuple(int(s) for s in size)
     stride = tuple(int(s) for s in stride) if stride is not None else g.contiguous_strides(size)
-    span = g.strided_extent(size, stride)
-    device = x._storage.device
-    node = from_cpu(values[storage_offset:storage_offset + span], device)
-    restride(x, Storage(node, device), size, stride, 0)
+    restride(x, _storage_of(source, x.dtype, x._storage.device), size, stride, int(storage_offset))
     return x
+
+
+# Host storage → the zyx Storage holding its bytes, while the storage object lives (id → (weak
+# reference, dtype, Storage)): torch.load keeps one Python object per saved storage while it
+# rebuilds the tensors on it.
+_from_host_storages: dict[int, tuple] = {}
+
+
+def _storage_of(source: torch.UntypedStorage, dtype: torch.dtype, device) -> Storage:
+    key = id(source)
+    known = _from_host_storages.get(key)
+    if known is not None and known[0]() is source and known[1] == dtype:
+        return known[2]
+    storage = Storage(from_cpu(zyx_storage.host_view(source, dtype), device), device)
+    _from_host_storages[key] = (weakref.ref(source, lambda _ref: _from_host_storages.pop(key, None)), dtype,
+                                storage)
+    return storage
+
+
+@register(aten.is_set_to.default)
+def is_set_to(x, other):
+    """Whether ``x`` views the same storage as ``other`` with the same offset, sizes, strides."""
+    return (isinstance(other, ZyxTensor) and x._storage is other._storage and meta_of(x)[:3] == meta_of(other)[:3])
+
+
+@register(aten._has_same_storage_numel.default)
+def has_same_storage_numel(x, other):
+    """Whether the storages of ``x`` and ``other`` hold as many elements (forward AD asks it of a
+    primal and its tangent)."""
+    return isinstance(other, ZyxTensor) and x._storage.numel == other._storage.numel
 
 
 @register(aten.set_.default)

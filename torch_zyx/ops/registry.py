@@ -202,7 +202,7 @@ def promoted(args, kind=PROMOTE_DEFAULT) -> tuple[list[Node], object, object]:
         elif cls is float or cls is int or cls is bool or not isinstance(v, torch.Tensor):
             v = g.const(v, zcompute)
         else:
-            v = _scalar(v, zcompute)
+            v = _scalar(v, zcompute, device)
         nodes.append(v)
     if zresult is None:
         zresult = zdtype(result)  # raises: zyx does not hold this dtype
@@ -316,11 +316,15 @@ def fast_plan(args, kind, floats_only: bool = False):
     return TORCH_TO_ZYX.get(result, False)
 
 
-def _scalar(x, dtype) -> Node:
-    """A Python scalar or a one-element CPU tensor as a 0-d CONST of zyx ``dtype``."""
+def _scalar(x, dtype, device=None) -> Node:
+    """A Python scalar or a 0-d CPU tensor (which PyTorch takes as a scalar with tensors of any
+    device) as a 0-d CONST of zyx ``dtype``; other tensors are on another device (``device``:
+    the zyx operands')."""
     if isinstance(x, torch.Tensor):
-        if not x.is_cpu or x.numel() != 1:
-            raise RuntimeError(f"zyx: expected a zyx tensor or a scalar, got a tensor on {x.device}")
+        if not x.is_cpu or x.dim() != 0:
+            ours = f"zyx:{device.index}" if device is not None else "zyx"
+            raise RuntimeError("Expected all tensors to be on the same device, but found at least two "
+                               f"devices, {ours} and {x.device}!")
         x = x.item()
     return g.const(x, dtype)
 
