@@ -296,9 +296,10 @@ def test_storage_queries():
     """is_set_to and _has_same_storage_numel (forward AD asks the latter of primal and tangent)."""
     a = torch.ones(3, 4, device="zyx")
     assert a.is_set_to(a) and a.is_set_to(a.view(3, 4))
-    assert not a.is_set_to(a[1:]) and not a.is_set_to(a.t()) and not a.is_set_to(torch.ones(3, 4, device="zyx"))
-    assert torch.ops.aten._has_same_storage_numel(a, a[1:]) and torch.ops.aten._has_same_storage_numel(a, a + 1)
-    assert not torch.ops.aten._has_same_storage_numel(a, torch.ones(5, device="zyx"))
+    assert not a.is_set_to(a[1:]) and not a.is_set_to(a.t())
+    assert not a.is_set_to(torch.ones(3, 4, device="zyx"))
+    same_numel = torch.ops.aten._has_same_storage_numel
+    assert same_numel(a, a[1:]) and same_numel(a, a + 1) and not same_numel(a, torch.ones(5, device="zyx"))
 
 
 def test_operands_on_another_device_raise_as_on_cuda():

@@ -547,7 +547,8 @@ def _storage_of(source: torch.UntypedStorage, dtype: torch.dtype, device) -> Sto
 @register(aten.is_set_to.default)
 def is_set_to(x, other):
     """Whether ``x`` views the same storage as ``other`` with the same offset, sizes, strides."""
-    return (isinstance(other, ZyxTensor) and x._storage is other._storage and meta_of(x)[:3] == meta_of(other)[:3])
+    return (isinstance(other, ZyxTensor) and x._storage is other._storage
+            and meta_of(x)[:3] == meta_of(other)[:3])
 
 
 @register(aten._has_same_storage_numel.default)
