@@ -527,6 +527,28 @@ OVERLAP_CASES = {
     "expanded scatter_": lambda v: _expanded(v).scatter_(1, _ints([[0], [1], [2]], v), 1.0),
     "expanded fill_": lambda v: (_expanded(v).fill_(2), v)[1],
     "expanded zero_": lambda v: (_expanded(v).zero_(), v)[1],
+    "expanded uniform_": lambda v: _expanded(v).uniform_(),
+    "expanded normal_": lambda v: _expanded(v).normal_(),
+    "expanded bernoulli_": lambda v: _expanded(v).bernoulli_(0.5),
+    "expanded random_": lambda v: _expanded(v).random_(0, 4),
+    "expanded fill_ tensor": lambda v: _expanded(v).fill_(torch.tensor(2.0)),
+    # ... and the writes ATen lets an expanded destination take, element by element: a shared
+    # location ends with the last value written to it (deprecated for the masked/indexed ones)
+    "expanded index_put_ first row": lambda v: (_expanded(v).index_put_((_ints([0], v),), torch.tensor(3.0)),
+                                                v)[1],
+    "expanded index_put_ rows": lambda v: (_expanded(v).index_put_((_ints([0, 2], v),),
+                                                                   v[6:12].view(2, 3) * 2), v)[1],
+    "expanded index_put_ element": lambda v: (_expanded(v).index_put_((_ints([1], v), _ints([2], v)),
+                                                                      torch.tensor(-1.0)), v)[1],
+    "expanded masked_fill_ per row": lambda v: (_expanded(v).masked_fill_(
+        torch.tensor([[True, False, False], [False, False, False], [False, False, True]], device=v.device),
+        5.0), v)[1],
+    "expanded masked_fill_ NaN kept": lambda v: (v.fill_(float("nan")), _expanded(v).masked_fill_(
+        torch.tensor([[True, False, False]] + [[False] * 3] * 2, device=v.device), 1.0), v)[2],
+    "expanded index_fill_": lambda v: (_expanded(v).index_fill_(1, _ints([1], v), 8.0), v)[1],
+    "expanded 2 axes index_put_": lambda v: (v[:1].view(1, 1).expand(2, 3).index_put_(
+        (_ints([1], v), _ints([2], v)), torch.tensor(9.0)), v)[1],
+    "expanded tril_": lambda v: (_expanded(v).tril_(), v)[1],
     # an input partly overlaps the destination
     "shift by setitem": lambda v: v.__setitem__(slice(1, None), v[:-1]),
     "shift by copy_": lambda v: v[1:].copy_(v[:-1]),
@@ -570,14 +592,24 @@ def test_overlapping_writes_like_cpu(name):
     zyx = torch.arange(12.0, device="zyx")
     if cpu_error is None:
         zyx_result = fn(zyx)
-        assert_close(zyx, cpu)
+        assert_close(zyx, cpu, equal_nan=True)
         if isinstance(result, torch.Tensor):
-            assert_close(zyx_result, result)
+            assert_close(zyx_result, result, equal_nan=True)
         return
     with pytest.raises(RuntimeError) as zyx_error:
         fn(zyx)
     assert str(zyx_error.value) == str(cpu_error)
     assert_close(zyx, torch.arange(12.0))  # nothing was written
+
+
+def test_expanded_masked_writes_warn_as_on_cpu():
+    for device in ("cpu", "zyx"):
+        x = torch.zeros(3, device=device).expand(2, 3)
+        with pytest.warns(UserWarning, match="Use of index_put_ on expanded tensors is deprecated"):
+            x.index_put_((torch.tensor([0], device=device),), torch.tensor(1.0, device=device))
+        with pytest.warns(UserWarning, match="Use of masked_fill_ on expanded tensors is deprecated"):
+            x.masked_fill_(torch.ones(2, 3, dtype=torch.bool, device=device), 2.0)
+        assert x.cpu().tolist() == [[2.0] * 3] * 2
 
 
 # out= tensors of a dtype the op cannot write into: ATen's error, raised before anything runs.

@@ -187,7 +187,7 @@ def _dispatch_unlowered(func, args, kwargs):
         if result.shape != dst.shape:
             raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
                                f"{list(result.shape)}")
-        write(dst, read(result))
+        overlap.write_aliased(func, dst, read(result))
         return dst
     if _has_composite(func):
         # Composite ops (``to.dtype``, ...) normally decompose above us; some still arrive

@@ -18,16 +18,24 @@ copies and the indexed writes check both; reductions, matmuls and softmax check 
 output's internal overlap (they do not read an input element after writing an output one); fills
 and masked or indexed fills check neither (an expanded destination is written, with ATen's
 deprecation warning for some).
+
+Those writes to an expanded destination go element by element on CPU: a memory location shared
+by several elements ends with the value of the last element written to it, and keeps its value
+when none of them is written. A lazy write replaces a whole view at once; ``write_aliased``
+reduces such a write to one value per location first.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import torch
 
-from .tensor import ZyxTensor, meta
+from . import dtypes
+from .lazy import graph as g
+from .tensor import ZyxTensor, meta, write
 
 INTERNAL_OVERLAP_ERROR = ("unsupported operation: more than one element of the written-to tensor refers to "
                           "a single memory location. Please clone() the tensor before performing the "
@@ -38,6 +46,10 @@ PARTIAL_OVERLAP_ERROR = ("unsupported operation: some elements of the input tens
 
 # Writes ATen lets an expanded destination take (base names: in-place and out= forms alike).
 _INTERNAL_ALLOWED = frozenset({"fill", "zero", "masked_fill", "index_fill", "index_put", "tril", "triu"})
+# Of those, the ones CPU torch warns about when their destination is expanded.
+_DEPRECATED_ON_EXPANDED = {"masked_fill": "advanced indexing e.g. tensor[mask] = scalar",
+                           "index_fill": "advanced indexing e.g. tensor[mask] = scalar",
+                           "index_put": "advanced indexing e.g. tensor[indices] = tensor"}
 # Writes that are not pointwise (torch.Tag.pointwise) and still refuse an input that partly
 # overlaps the destination.
 _PARTIAL_CHECKED = frozenset({"copy", "index_put", "index_copy", "index_add", "index_reduce", "scatter",
@@ -125,3 +137,57 @@ def check_write(func, dsts, inputs) -> None:
     if rules.partial or rules.any:
         for dst in dsts:
             check_inputs(dst, inputs, exact_allowed=not rules.any)
+
+
+def _aliased_axes(dst: ZyxTensor) -> list[int]:
+    """The axes over which several elements of ``dst`` share one memory location (stride 0)."""
+    shape, strides, _offset, dense = meta(dst)
+    return [] if dense else [d for d, (size, stride) in enumerate(zip(shape, strides))
+                             if stride == 0 and size > 1]
+
+
+def write_aliased(func, dst, node) -> None:
+    """``write(dst, node)`` for a write ATen lets an expanded ``dst`` take (``func``: its in-place
+    or out= overload), as CPU torch's element-by-element kernels leave the memory: over each
+    axis of stride 0, the location takes the value of the last element whose value changed,
+    and keeps its own where none did (an element written with the value it had changes nothing
+    either way). The CPU kernels' order for elements written with different values, where ATen
+    promises none, is taken as row-major."""
+    axes = _aliased_axes(dst) if isinstance(dst, ZyxTensor) else []
+    if not axes:
+        write(dst, node)
+        return
+    base = func._schema.name.split("::")[-1].rstrip("_")
+    if base in _DEPRECATED_ON_EXPANDED:
+        warnings.warn(f"Use of {base}_ on expanded tensors is deprecated. Please clone() the tensor before "
+                      f"performing this operation. This also applies to {_DEPRECATED_ON_EXPANDED[base]}",
+                      UserWarning, stacklevel=4)
+    storage = dst._storage
+    shape, strides, offset, _dense = meta(dst)
+    node = g.cast(node, storage.dtype)
+    if node.shape != shape:
+        node = g.expand(g.reshape(node, (1,) * (len(shape) - len(node.shape)) + node.shape), shape)
+    old = g.strided(storage.value, shape, strides, offset)
+    changed = g.binary("ne", node, old)
+    if storage.dtype.is_float:  # NaN over NaN is no change
+        both_nan = g.binary("and", g.unary("isnan", node), g.unary("isnan", old))
+        changed = g.binary("and", changed, g.unary("not", both_nan))
+    # Picked by a sum with zeros (exact for integers) or a max with -inf (exact for floats,
+    # -0.0 included); booleans as int8.
+    compute = dtypes.int8 if storage.dtype is dtypes.bool_ else storage.dtype
+    pick_op, filler = ("max", float("-inf")) if compute.is_float else ("sum", 0)
+    value = g.cast(node, compute)
+    old = g.cast(old, compute)
+    current = list(shape)
+    for axis in axes:
+        wide = tuple(current)
+        position = g.expand(g.reshape(g.iota((wide[axis],)), tuple(wide[axis] if d == axis else 1
+                                                                      for d in range(len(wide)))), wide)
+        last = g.reduce("max", g.where(changed, position, g.const(-1, dtypes.int64, wide)), (axis,))
+        hit = g.binary("eq", position, g.expand(last, wide))
+        picked = g.reduce(pick_op, g.where(hit, value, g.const(filler, compute, wide)), (axis,))
+        current[axis] = 1
+        old = g.shrink(old, tuple((0, 1) if d == axis else (0, size) for d, size in enumerate(wide)))
+        changed = g.binary("lt", g.const(-1, dtypes.int64, tuple(current)), last)
+        value = g.where(changed, picked, old)
+    storage.value = g.setview(storage.value, g.cast(value, storage.dtype), tuple(current), strides, offset)

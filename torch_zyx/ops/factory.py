@@ -90,6 +90,8 @@ def empty_lowering(size, dtype=None, layout=None, device=None, pin_memory=None, 
 
 @register(aten.fill_.Scalar, aten.fill_.Tensor)
 def fill_(x, value):
+    if isinstance(value, torch.Tensor):  # fill_.Tensor refuses an expanded tensor, fill_.Scalar takes it
+        overlap.check_internal(x)
     if isinstance(value, ZyxTensor):
         if value.dim() != 0:
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .. import dtypes, random
+from .. import dtypes, overlap, random
 from ..lazy import graph as g
 from ..tensor import read, wrap, write, zdtype
 from .factory import empty_like
@@ -36,6 +36,7 @@ def normal_node(shape, device, dtype, generator=None) -> g.Node:
 
 @register(aten.uniform_.default)
 def uniform_(x, from_=0.0, to=1.0, generator=None):
+    overlap.check_internal(x)  # (ATen's TensorIterator refuses an expanded tensor)
     if from_ > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_:g} > "
                            f"to={to:g}")
@@ -48,6 +49,7 @@ def uniform_(x, from_=0.0, to=1.0, generator=None):
 
 @register(aten.normal_.default)
 def normal_(x, mean=0.0, std=1.0, generator=None):
+    overlap.check_internal(x)  # (ATen's TensorIterator refuses an expanded tensor)
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
     z = normal_node(x.shape, x._storage.device, zdtype(x.dtype), generator)
@@ -58,6 +60,7 @@ def normal_(x, mean=0.0, std=1.0, generator=None):
 
 @register(aten.bernoulli_.float)
 def bernoulli_float_(x, p=0.5, generator=None):
+    overlap.check_internal(x)  # (ATen's TensorIterator refuses an expanded tensor)
     u = uniform_node(x.shape, x._storage.device, generator)
     write(x, g.binary("lt", u, g.const(p, dtypes.float32, u.shape)))
     return x
@@ -65,6 +68,7 @@ def bernoulli_float_(x, p=0.5, generator=None):
 
 @register(aten.bernoulli_.Tensor)
 def bernoulli_tensor_(x, p, generator=None):
+    overlap.check_internal(x)  # (ATen's TensorIterator refuses an expanded tensor)
     u = g.cast(uniform_node(x.shape, x._storage.device, generator), dtypes.float64)
     pn = g.cast(read(p), dtypes.float64)
     pn = g.expand(g.reshape(pn, (1,) * (x.dim() - p.dim()) + pn.shape), tuple(x.shape))
@@ -80,6 +84,7 @@ def bernoulli(p, generator=None):
 
 @register(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default)
 def random_(x, from_=0, to=None, generator=None):
+    overlap.check_internal(x)  # (ATen's TensorIterator refuses an expanded tensor)
     if to is None:
         if x.dtype.is_floating_point:
             to = 2 ** torch.finfo(x.dtype).nmant + 1
