@@ -177,6 +177,12 @@ def test_generator_of_another_device_is_refused(zyx_generators):
     with pytest.raises(RuntimeError, match="Expected a 'zyx' device type for generator but found 'cpu'"):
         torch.rand(3, device="zyx", generator=torch.Generator())
     generator = torch.Generator(device="zyx")
+    # ... and a zyx generator given to CPU ops, in CPU torch's words for a CUDA one
+    for draw in (lambda: torch.rand(3, generator=generator), lambda: torch.empty(3).normal_(generator=generator),
+                 lambda: torch.randperm(4, generator=generator),
+                 lambda: torch.multinomial(torch.ones(3), 2, generator=generator)):
+        with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'zyx'"):
+            draw()
     assert generator.device == torch.device("zyx", 0)
     assert generator.initial_seed() == torch.Generator(device="zyx").initial_seed()
     assert generator.seed() != generator.manual_seed(3).initial_seed()

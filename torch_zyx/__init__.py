@@ -35,7 +35,7 @@ def _register() -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     # (dispatch registers the lowerings)
-    from . import autocast, device_guard, device_module, dispatch, module_conversion, storage  # noqa: F401
+    from . import autocast, device_guard, device_module, dispatch, module_conversion, storage
     from .ops import ctc, factory
 
     # Before the set-up below, which registers PyTorch's Python guard unless one exists.
@@ -64,6 +64,10 @@ def _register() -> None:
     # and CUDA tensors take (ops/ctc.py).
     lib.impl("ctc_loss.Tensor", ctc.ctc_loss_tensor_lengths, "AutogradPrivateUse1")
     _LIBRARIES.append(lib)
+    # What reaches the zyx backend without a kernel of its own (a CPU op given a zyx generator).
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(dispatch.no_kernel, "PrivateUse1")
+    _LIBRARIES.append(fallback)
     autocast.install()
     module_conversion.install()
 

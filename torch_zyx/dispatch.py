@@ -300,3 +300,18 @@ def _is_mutated(func, tensor, args, kwargs) -> bool:
 
 
 set_dispatcher(torch_dispatch)
+
+
+def no_kernel(op, *args, **kwargs):
+    """The zyx backend's fallback kernel (registered by ``torch_zyx._register``). Calls on zyx
+    tensors never reach it (they go to ``ZyxTensor.__torch_dispatch__`` first); only an op with
+    no kernel of zyx's whose arguments name zyx otherwise does, such as a CPU op given a zyx
+    generator: that raises PyTorch's message for a generator of another device, anything else
+    PyTorch's "no kernel for this backend" error."""
+    flat = torch.utils._pytree.tree_leaves((args, kwargs))
+    if any(isinstance(a, torch.Generator) and a.device.type == "zyx" for a in flat):
+        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        device = tensors[0].device.type if tensors else "cpu"
+        raise RuntimeError(f"Expected a '{device}' device type for generator but found 'zyx'")
+    raise NotImplementedError(f"Could not run '{op._schema.name}' with arguments from the 'zyx' backend: "
+                              "zyx has no kernel for this operator outside calls on zyx tensors.")
