@@ -10,9 +10,9 @@ storage with ``storage.to(device)`` and then rebuilds every tensor on it as
   on zyx, host memory from device_hooks.cpp's allocator; ``UntypedStorage.copy_`` with a zyx
   storage on either side copies host memory (ATen's storage copy goes through tensors of both
   storages, and a zyx tensor cannot alias one);
-- ``set_`` of a zyx tensor to such a storage (ops/factory.py) copies the bytes the tensor
-  covers into a zyx buffer: views of one storage become separate tensors (CPU torch keeps
-  them sharing memory; a state dict's tied weights are tied again by ``load_state_dict``).
+- ``set_`` of a zyx tensor to such a storage (ops/storage_views.py) copies its bytes into a
+  zyx buffer once per storage object: the tensors torch.load sets to one storage (views of one
+  tensor, tied weights) view one zyx storage, as they shared memory when saved.
 """
 
 from __future__ import annotations

@@ -34,5 +34,6 @@ from . import (  # noqa: F401  (registration)
     search,
     sort,
     special,
+    storage_views,
     transformer,
 )
