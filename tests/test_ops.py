@@ -642,6 +642,23 @@ ARGUMENT_ERROR_CASES = {
     "ormqr other ndim": lambda a, i: torch.ormqr(a[None], a[:1, :3], a),
     "ormqr other batch": lambda a, i: torch.ormqr(a[None], a[:1, :3], a[None].expand(2, 3, 4)),
     "ormqr tau 0-d": lambda a, i: torch.ormqr(a, a[0, 0], a),
+    "softmax of integers": lambda a, i: i.softmax(1),
+    "log_softmax of integers (not last dim)": lambda a, i: i.int().log_softmax(0),
+    "bincount of floats": lambda a, i: a[0].bincount(),
+    "gcd of floats": lambda a, i: torch.gcd(a, a),
+    "conv2d channels": lambda a, i: F.conv2d(a[None, None], a[None, None].expand(2, 3, 3, 4)),
+    "conv2d groups over out channels": lambda a, i: F.conv2d(a[None].expand(1, 3, 3, 4), a[None, None],
+                                                             groups=3),
+    "conv2d groups not dividing": lambda a, i: F.conv2d(a[None].expand(1, 4, 3, 4), a.view(3, 2, 2, 1),
+                                                        groups=2),
+    "conv2d kernel over input": lambda a, i: F.conv2d(a[None, None], a[None, None, :, :1].expand(1, 1, 3, 5)),
+    "conv_transpose2d channels": lambda a, i: F.conv_transpose2d(a[None].expand(1, 2, 3, 4), a[None, None]),
+    "stack sizes": lambda a, i: torch.stack([a, a[:, :2]], 1),
+    "random_ empty range": lambda a, i: i.random_(5, 5),
+    "nll_loss 2-d target": lambda a, i: F.nll_loss(a, i[:, :1]),
+    "integer floor_divide by 0": lambda a, i: i // 0,
+    "integer remainder by 0": lambda a, i: torch.remainder(i, 0),
+    "integer fmod by 0-d CPU 0": lambda a, i: torch.fmod(i, torch.tensor(0)),
 }
 
 
@@ -655,6 +672,45 @@ def test_argument_errors_match_cpu(name):
         fn(a.to("zyx"), i.to("zyx"))
     # (the CPU's message may start with the name of its kernel, "max_pool3d_..._cpu_template(): ")
     assert str(cpu_error.value).endswith(str(zyx_error.value))
+
+
+# Value checks ATen makes in its kernels: zyx makes them on the device and raises at the next
+# realization (checks.py), with CPU torch's exception and message.
+VALUE_ERROR_CASES = {
+    "floor_divide by a 0 entry": lambda i: i // (i % 3),
+    "remainder by a 0 entry": lambda i: torch.remainder(i, i - 5),
+    "fmod by a 0 entry": lambda i: torch.fmod(i.int(), (i % 2).int()),
+    "div trunc by a 0 entry": lambda i: torch.div(i, i % 4, rounding_mode="trunc"),
+    "in-place floor_divide by a 0 entry": lambda i: i.clone().floor_divide_(i % 2),
+    "uint8 floor_divide by a 0 entry": lambda i: i.to(torch.uint8) // (i % 3).to(torch.uint8),
+    "multinomial negative probability": lambda i: torch.multinomial(i.float() - 1, 2),
+    "multinomial inf probability": lambda i: torch.multinomial(i.float() / (i % 4).float(), 1, True),
+    "multinomial zero row": lambda i: torch.multinomial((i % 4 == 9).float(), 1, True),
+}
+
+
+@pytest.mark.parametrize("name", VALUE_ERROR_CASES)
+def test_value_errors_raise_at_realization_like_cpu(name):
+    fn = VALUE_ERROR_CASES[name]
+    i = torch.arange(12).reshape(3, 4)
+    with pytest.raises(RuntimeError) as cpu_error:
+        fn(i)
+    result = fn(i.to("zyx"))  # recorded; the divisors or probabilities are checked on the device
+    with pytest.raises(RuntimeError) as zyx_error:
+        result.cpu()
+    assert str(zyx_error.value) == str(cpu_error.value)
+    assert (i.to("zyx") * 2).cpu().tolist() == (i * 2).tolist()  # the device goes on working
+
+
+def test_integer_division_overflow_wraps_instead_of_trapping():
+    """INT_MIN // -1 traps in x86's idiv (CPU torch dies of SIGFPE); zyx wraps it as -x does."""
+    for dtype in (torch.int32, torch.int64, torch.int8):
+        low = torch.iinfo(dtype).min
+        x = torch.tensor([low, 7, -7], dtype=dtype, device="zyx")
+        minus_one = torch.tensor([-1, -1, -1], dtype=dtype, device="zyx")
+        assert (x // minus_one).tolist() == [low, -7, 7]
+        assert torch.fmod(x, minus_one).tolist() == [0, 0, 0]
+        assert (x // -1).tolist() == [low, -7, 7]
 
 
 @pytest.mark.parametrize("fn", [lambda a, b: torch.dot(a[0], b[0]), lambda a, b: torch.mm(a, b.t()),

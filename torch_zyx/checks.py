@@ -1,4 +1,5 @@
-"""Index bounds checked on the device: what ATen checks on the host before an indexing op.
+"""Index bounds (and integer divisors) checked on the device: what ATen checks on the host before
+an indexing op, or in its kernels before an integer division.
 
 Stage 1 (recording) and the realization trigger. An op whose result depends on the values of
 an index tensor (gather, index_select, ``x[idx]``, embedding, scatter, index_put_, nll_loss's
@@ -8,7 +9,8 @@ the graph (one reduction), the flat position of the first entry outside the vali
 ``tensor.realize_all`` realizes the pending checks of a device with its pending storages, reads
 the positions back and raises CPU torch's exception, with CPU torch's message, for the first
 check that failed, in the order they were recorded (the bad entry itself is computed and read
-only then).
+only then). Integer divisions by a tensor record a check of their divisors the same way
+(``check_nonzero``): the division itself divides by 1 where a divisor is 0 (ops/elementwise.py).
 
 As with CUDA's device-side asserts, the error surfaces at the next synchronization (``.cpu()``,
 ``.item()``, printing, ``torch.zyx.synchronize()``), not at the op itself, and the op's result is
@@ -63,7 +65,34 @@ def check_index(index: Node, low: int, high: int, device, error: type, message: 
     bad = g.binary("or", below, above)
     if ignore is not None:
         bad = g.binary("and", bad, g.binary("ne", flat, g.const(ignore, int64, shape)))
-    first = g.reduce("min", g.where(bad, g.iota(shape), g.const(numel, int64, shape)), (0,))
+    _record(flat, bad, device, error, message)
+
+
+def check_nonzero(divisor: Node, device) -> None:
+    """Record that no entry of the integer node ``divisor`` is 0: ATen's integer division raises
+    RuntimeError("ZeroDivisionError") where a divisor is (its kernels check as they divide)."""
+    numel = divisor.numel
+    if numel == 0:
+        return
+    flat = g.cast(g.reshape(divisor, (numel,)), int64)  # (read back as int64 when it failed)
+    zero = g.binary("eq", flat, g.const(0, int64, (numel,)))
+    _record(flat, zero, device, RuntimeError, "ZeroDivisionError")
+
+
+def check_never(bad: Node, device, error: type, message: str) -> None:
+    """Record that no entry of the bool node ``bad`` holds: a check CPU torch makes of an op's
+    input values (multinomial's probabilities), raised as ``error(message)``."""
+    numel = bad.numel
+    if numel == 0:
+        return
+    flat = g.reshape(bad, (numel,))
+    _record(g.cast(flat, int64), flat, device, error, message)
+
+
+def _record(flat: Node, bad: Node, device, error: type, message: str) -> None:
+    """A pending check of the int64 entries ``flat``: the first position where ``bad`` holds."""
+    shape = flat.shape
+    first = g.reduce("min", g.where(bad, g.iota(shape), g.const(shape[0], int64, shape)), (0,))
     _pending.append(IndexCheck(device, flat, first, error, message))
 
 

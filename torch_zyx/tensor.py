@@ -494,10 +494,20 @@ def defer_error(error: BaseException) -> None:
     _deferred_errors.append(error)
 
 
+def unsupported(message: str) -> NotImplementedError:
+    """The NotImplementedError CPU torch raises for a dtype its kernel lacks, marked to leave the
+    op: raised by a lowering, it refuses the op instead of declining it (to a decomposition or
+    the CPU fallback, which would compute something where CPU torch raises)."""
+    error = NotImplementedError(message)
+    error.zyx_final = True
+    return error
+
+
 def reraise_deferred(exc: NotImplementedError) -> None:
     """A lowering raising NotImplementedError declines the op, unless the error is a deferred
-    one (``defer_error``) surfacing at a read inside it: that one leaves the op."""
-    if getattr(exc, "zyx_deferred", False):
+    one (``defer_error``) surfacing at a read inside it or a refusal (``unsupported``): those
+    leave the op."""
+    if getattr(exc, "zyx_deferred", False) or getattr(exc, "zyx_final", False):
         raise exc
 
 

@@ -167,11 +167,36 @@ def _params(x, weight, stride, padding, dilation):
     return nsp, ntuple(stride, nsp), ntuple(padding, nsp), ntuple(dilation, nsp)
 
 
+def _check_shapes(x, weight, padding, dilation, transposed: bool, groups: int) -> None:
+    """ATen's shape checks of a convolution's input and weight, in its words."""
+    w, shape = list(weight.shape), list(x.shape)
+    if w[0] < groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be at least {groups} at dimension "
+                           f"0, but got weight of size {w} instead")
+    if w[0] % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at "
+                           f"dimension 0, but got weight of size [{w}] instead")
+    if transposed:
+        if shape[1] != w[0]:
+            raise RuntimeError(f"Given transposed=1, weight of size {w}, expected input{shape} to have "
+                               f"{w[0]} channels, but got {shape[1]} channels instead")
+        return
+    if shape[1] != w[1] * groups:
+        raise RuntimeError(f"Given groups={groups}, weight of size {w}, expected input{shape} to have "
+                           f"{w[1] * groups} channels, but got {shape[1]} channels instead")
+    padded = " x ".join(str(size + 2 * p) for size, p in zip(shape[2:], padding))
+    kernel = " x ".join(str(d * (k - 1) + 1) for k, d in zip(w[2:], dilation))
+    if any(d * (k - 1) + 1 > size + 2 * p for size, p, k, d in zip(shape[2:], padding, w[2:], dilation)):
+        raise RuntimeError(f"Calculated padded input size per channel: ({padded}). Kernel size: ({kernel}). "
+                           "Kernel size can't be greater than actual input size")
+
+
 @register(aten.convolution.default, aten.convolution_overrideable.default)
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     nsp, stride, padding, dilation = _params(x, weight, stride, padding, dilation)
     if x.dim() != nsp + 2:
         raise NotImplementedError("zyx: unbatched convolution input")  # decomposes to the batched form
+    _check_shapes(x, weight, padding, dilation, transposed, groups)
     dtype = zdtype(x.dtype)
     xn, wn = read(x), read(weight)
     if transposed:

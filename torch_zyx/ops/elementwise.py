@@ -13,6 +13,7 @@ import struct
 import torch
 
 from .. import dtypes
+from ..checks import check_nonzero
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..tensor import read, wrap
@@ -98,11 +99,30 @@ def gelu(x: Node, approximate: str = "none") -> Node:
     return mul(mul(c(0.5, x), x), add(c(1.0, x), erf(mul(x, c(1 / math.sqrt(2), x)))))
 
 
+def _int_div_mod(x: Node, y: Node) -> tuple[Node, Node]:
+    """C's truncating quotient and remainder of integer nodes, without the division's traps: a
+    zero divisor divides by 1 (the lowering records ATen's ZeroDivisionError as a device check:
+    ``_check_divisor``), and INT_MIN / -1, which traps on x86 (CPU torch dies of SIGFPE),
+    wraps as -x does. A constant divisor other than 0 and -1 needs neither."""
+    if y.op == "CONST" and y.arg != 0 and (y.arg != -1 or y.dtype.kind == "u"):
+        return b("idiv", x, y), b("mod", x, y)
+    x, y = broadcast(x, y)
+    hazard = b("eq", y, c(0, y))
+    minus_one = b("eq", y, c(-1, y)) if y.dtype.kind == "i" else None
+    if minus_one is not None:
+        hazard = b("or", hazard, minus_one)
+    safe = where(hazard, c(1, y), y)
+    q, r = b("idiv", x, safe), b("mod", x, safe)
+    if minus_one is not None:
+        q = where(minus_one, sub(c(0, x), x), q)
+        r = where(minus_one, c(0, x), r)
+    return q, r
+
+
 def floor_div(x: Node, y: Node) -> Node:
     if x.dtype.is_float:
         return u("floor", div(x, y))
-    q = b("idiv", x, y)
-    r = b("mod", x, y)
+    q, r = _int_div_mod(x, y)
     # C division truncates; floor differs when the remainder is non-zero and the signs differ.
     adjust = b("and", b("ne", r, c(0, r)), b("ne", b("lt", r, c(0, r)), b("lt", y, c(0, y))))
     return where(adjust, sub(q, c(1, q)), q)
@@ -110,15 +130,35 @@ def floor_div(x: Node, y: Node) -> Node:
 
 def remainder(x: Node, y: Node) -> Node:
     x, y = broadcast(x, y)
-    r = g.binary("mod", x, y)
+    r = g.binary("mod", x, y) if x.dtype.is_float else _int_div_mod(x, y)[1]
     adjust = b("and", b("ne", r, c(0, r)), b("ne", b("lt", r, c(0, r)), b("lt", y, c(0, y))))
     return where(adjust, add(r, y), r)
+
+
+def fmod(x: Node, y: Node) -> Node:
+    return b("mod", x, y) if x.dtype.is_float else _int_div_mod(x, y)[1]
 
 
 def trunc_div(x: Node, y: Node) -> Node:
     if x.dtype.is_float:
         return u("trunc", div(x, y))
-    return b("idiv", x, y)
+    return _int_div_mod(x, y)[0]
+
+
+# The table functions above that divide integers: their lowerings check the divisor.
+_INTEGER_DIVISIONS = frozenset({floor_div, remainder, fmod, trunc_div})
+
+
+def _check_divisor(fn, divisor: Node, device) -> None:
+    """ATen's ZeroDivisionError for an integer division by ``divisor``: at once for a constant
+    0, else as a device check raised at the next realization (checks.check_nonzero)."""
+    if fn not in _INTEGER_DIVISIONS or divisor.dtype.is_float or divisor.dtype.kind == "b":
+        return
+    if divisor.op == "CONST":
+        if divisor.arg == 0:
+            raise RuntimeError("ZeroDivisionError")
+        return
+    check_nonzero(divisor, device)
 
 
 def pow_(x: Node, y: Node) -> Node:
@@ -252,7 +292,7 @@ BINARY = {
     "true_divide": (div, PROMOTE_INT_TO_FLOAT),
     "floor_divide": (floor_div, PROMOTE_DEFAULT),
     "remainder": (remainder, PROMOTE_DEFAULT),
-    "fmod": (lambda x, y: b("mod", x, y), PROMOTE_DEFAULT),
+    "fmod": (fmod, PROMOTE_DEFAULT),
     "pow": (pow_, PROMOTE_DEFAULT),
     "maximum": (maximum, PROMOTE_DEFAULT),
     "minimum": (minimum, PROMOTE_DEFAULT),
@@ -287,6 +327,8 @@ BINARY = {
 
 def _compute(fn, kind, args, bool_result=False):
     nodes, result, device = promoted(args, kind)
+    if len(nodes) == 2:
+        _check_divisor(fn, nodes[1], device)
     out = fn(*nodes)
     return wrap(g.cast(out, dtypes.bool_ if bool_result or kind is PROMOTE_BOOL else result), device)
 
@@ -327,6 +369,7 @@ def _binary_lowering(fn, kind, primitive=None):
         if pair is None:
             return _compute(fn, kind, [x, y])
         xn, yn, result, device = pair
+        _check_divisor(fn, yn, device)
         if primitive is not None and xn.shape == yn.shape:
             out = g.binary(primitive, xn, yn)
         else:

@@ -320,6 +320,10 @@ def cat(tensors, dim=0):
 
 @register(aten.stack.default)
 def stack(tensors, dim=0):
+    for i, t in enumerate(tensors[1:], start=1):
+        if t.shape != tensors[0].shape:
+            raise RuntimeError("stack expects each tensor to be equal size, but got "
+                               f"{list(tensors[0].shape)} at entry 0 and {list(t.shape)} at entry {i}")
     dim = dim % (tensors[0].dim() + 1)
     return cat([t.unsqueeze(dim) for t in tensors], dim)
 

@@ -13,9 +13,9 @@ from .. import dtypes
 from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import meta, read, wrap, zdtype
+from ..tensor import meta, read, unsupported, wrap, zdtype
 from .elementwise import finite
-from .registry import aten, register
+from .registry import aten, dtype_name, register
 
 
 def _acc_dtype(dtype: dtypes.DType) -> dtypes.DType:
@@ -40,6 +40,11 @@ def softmax_node(x: Node, dim: int, log: bool) -> Node:
 
 
 def _softmax(x, dim, half_to_float, log):
+    if not x.dtype.is_floating_point:  # (CPU torch's kernel names: its last-dim kernel or the general one)
+        rank = max(x.dim(), 1)
+        kernel = ("log_" if log else "") + ("softmax_lastdim_kernel_impl" if dim % rank == rank - 1
+                                            else "softmax_kernel_impl")
+        raise unsupported(f"\"{kernel}\" not implemented for '{dtype_name(x.dtype)}'")
     node = read(x)
     out_dtype = dtypes.float32 if half_to_float else node.dtype
     node = g.cast(node, _acc_dtype(node.dtype))
@@ -323,6 +328,8 @@ def _nll_backward(grad_output, x, node: Node, target: Node, weight, reduction, i
 
 @register(aten.nll_loss_forward.default)
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
+    if target.dim() > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
     target_node = g.cast(read(target), dtypes.int64)
     return _nll_forward(x, read(x), target_node, weight, reduction, ignore_index, tuple(x.shape[:-1]))
 

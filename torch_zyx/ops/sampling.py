@@ -12,6 +12,7 @@ import math
 import torch
 
 from .. import dtypes, overlap, random
+from ..checks import check_never
 from ..lazy import graph as g
 from ..tensor import read, wrap, write, zdtype
 from .factory import empty_like
@@ -93,6 +94,8 @@ def random_(x, from_=0, to=None, generator=None):
         else:
             to = torch.iinfo(x.dtype).max
             to = to + 1 if from_ == 0 and x.dtype != torch.int64 else to
+    if from_ >= to:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}")
     u = g.cast(uniform_node(x.shape, x._storage.device, generator), dtypes.float64)
     span = g.const(float(to - from_), dtypes.float64, u.shape)
     value = g.binary("add", g.unary("floor", g.binary("mul", u, span)),
@@ -165,8 +168,15 @@ def multinomial(probs, num_samples, replacement=False, generator=None):
     p = g.cast(read(probs), dtypes.float64)
     rows = 1 if probs.dim() == 1 else probs.shape[0]
     p = g.reshape(p, (rows, n_cat))
+    # ATen's checks of the values, raised at the next realization (checks.py).
+    negative = g.binary("lt", p, g.const(0.0, dtypes.float64, p.shape))
+    infinite = g.binary("eq", g.unary("abs", p), g.const(math.inf, dtypes.float64, p.shape))
+    invalid = g.binary("or", g.unary("isnan", p), g.binary("or", negative, infinite))
+    check_never(invalid, dev, RuntimeError, "probability tensor contains either `inf`, `nan` or element < 0")
+    total = g.reduce("sum", p, (1,))
+    check_never(g.binary("le", total, g.const(0.0, dtypes.float64, total.shape)), dev, RuntimeError,
+                "invalid multinomial distribution (sum of probabilities <= 0)")
     if replacement:
-        total = g.reduce("sum", p, (1,))
         wide = (rows, n_cat, n_cat)
         upto = g.binary("le", g.expand(g.reshape(g.iota((n_cat,)), (1, 1, n_cat)), wide),
                         g.expand(g.reshape(g.iota((n_cat,)), (1, n_cat, 1)), wide))

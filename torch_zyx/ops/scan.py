@@ -13,10 +13,10 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import read, wrap, zdtype
+from ..tensor import read, unsupported, wrap, zdtype
 from .elementwise import finite
 from .reduce import _accumulate_dtype, _sum_dtype, check_dim
-from .registry import aten, register
+from .registry import aten, dtype_name, register
 
 
 def pairs(node: Node, dim: int) -> tuple[Node, Node, Node, Node]:
@@ -143,9 +143,7 @@ def bincount(x, weights=None, minlength=0):
     of bins, max(x) + 1, is data: it is read back in one sync together with min(x) (negative
     values are an error, as in ATen)."""
     if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
-        kind = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-                torch.bfloat16: "BFloat16", torch.bool: "Bool"}.get(x.dtype, str(x.dtype))
-        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{kind}'")
+        raise unsupported(f"\"bincount_cpu\" not implemented for '{dtype_name(x.dtype)}'")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")
     if x.dim() != 1:

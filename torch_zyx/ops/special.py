@@ -19,8 +19,8 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import read, wrap, zdtype
-from .registry import PROMOTE_INT_TO_FLOAT, aten, broadcast, operand, register, result_dtype
+from ..tensor import read, unsupported, wrap, zdtype
+from .registry import PROMOTE_INT_TO_FLOAT, aten, broadcast, dtype_name, operand, register, result_dtype
 
 prims = torch.ops.prims
 
@@ -385,8 +385,7 @@ def _int_binary(name: str, fn, *ops):
         compute, result = result_dtype(x, y)
         if compute.is_floating_point or compute == torch.bool:
             # The CPU kernel table has no float entry: NotImplementedError is what ATen raises.
-            kind = str(compute).replace("torch.", "").capitalize()
-            raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{kind}'")
+            raise unsupported(f"\"{name}_cpu\" not implemented for '{dtype_name(compute)}'")
         xn, yn = broadcast(operand(x, compute), operand(y, compute))
         device = x._storage.device if isinstance(x, torch.Tensor) else y._storage.device
         return wrap(g.cast(fn(xn, yn), zdtype(result)), device)
