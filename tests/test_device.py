@@ -131,10 +131,11 @@ def test_model_to_zyx():
         assert_close(model(x.to("zyx")), expected.detach(), rtol=1e-5, atol=1e-5)
 
 
-def test_model_to_zyx_keeps_shared_parameters_shared():
-    """A weight two modules share (an embedding tied to the output projection) stays one
-    parameter through model.to("zyx"), dtype changes, .cpu() and to_empty, and trains as one:
-    PyTorch gave each module a new parameter of its own for a PrivateUse1 device."""
+def test_model_to_zyx_keeps_parameter_objects():
+    """model.to("zyx") keeps the parameter objects, as .cuda() does: a weight two modules share (an
+    embedding tied to the output projection) stays one parameter, and an optimizer built before
+    the move trains the model, through dtype changes, .cpu() and to_empty too. PyTorch gave each
+    module a new parameter of its own for a PrivateUse1 device."""
     torch.manual_seed(0)
 
     def model():
@@ -143,9 +144,8 @@ def test_model_to_zyx_keeps_shared_parameters_shared():
         mid.register_buffer("scale", torch.full((6,), 0.5))
         return torch.nn.ModuleList([emb, mid, head])
 
-    def step(modules, idx, device):
+    def train(modules, opt, idx):
         emb, mid, head = modules
-        opt = torch.optim.SGD(modules.parameters(), lr=0.5)
         for _ in range(2):
             loss = torch.nn.functional.cross_entropy(head(mid(emb(idx)) * mid.scale), idx)
             opt.zero_grad()
@@ -153,22 +153,36 @@ def test_model_to_zyx_keeps_shared_parameters_shared():
             opt.step()
         return loss.detach(), emb.weight.detach()
 
-    cpu = model()
-    zyx = model()
+    cpu, zyx = model(), model()
     zyx.load_state_dict(cpu.state_dict())
+    params = list(zyx.parameters())
+    opt = torch.optim.SGD(zyx.parameters(), lr=0.5)  # built before the move
+    zyx[0].weight.grad = torch.ones(10, 6)
     zyx.to("zyx")
-    assert zyx[2].weight is zyx[0].weight and len(list(zyx.parameters())) == 3
+    assert list(zyx.parameters()) == params and zyx[2].weight is zyx[0].weight is params[0]
+    assert zyx[0].weight.device.type == "zyx" and zyx[0].weight.grad.device.type == "zyx"
+    assert isinstance(params[0], torch.nn.Parameter) and params[0].requires_grad
     idx = torch.tensor([1, 4, 7, 2])
-    for e, z in zip(step(cpu, idx, "cpu"), step(zyx, idx.to("zyx"), "zyx")):
+    expected = train(cpu, torch.optim.SGD(cpu.parameters(), lr=0.5), idx)
+    for e, z in zip(expected, train(zyx, opt, idx.to("zyx"))):
         assert_close(z, e, rtol=1e-5, atol=1e-6)
     zyx.double()
-    assert zyx[2].weight is zyx[0].weight and zyx[0].weight.dtype == torch.float64
+    assert zyx[2].weight is zyx[0].weight is params[0] and params[0].dtype == torch.float64
     zyx.cpu()
-    assert zyx[2].weight is zyx[0].weight and zyx[0].weight.device.type == "cpu"
-    torch.testing.assert_close(zyx[0].weight, cpu[0].weight.detach().double())
+    assert zyx[2].weight is zyx[0].weight is params[0] and params[0].device.type == "cpu"
+    torch.testing.assert_close(params[0], cpu[0].weight.detach().double())
     zyx.to_empty(device="zyx")
-    assert zyx[2].weight is zyx[0].weight and zyx[0].weight.device.type == "zyx"
+    assert zyx[2].weight is zyx[0].weight is params[0] and params[0].device.type == "zyx"
     assert zyx[1].scale.device.type == "zyx"
+    # A parameter that cannot take its new contents in place (a weak reference holds it) is
+    # replaced; modules sharing it still share the new one.
+    import weakref
+
+    again = model()
+    held = weakref.ref(again[0].weight)
+    again.to("zyx")
+    assert again[0].weight is not held() and again[2].weight is again[0].weight
+    assert again[0].weight.device.type == "zyx"
 
 
 def test_memory_format_conversions_match_cpu():

@@ -1,16 +1,20 @@
-"""``nn.Module`` conversions to and from zyx keep shared parameters shared.
+"""``nn.Module`` conversions to and from zyx keep parameters what they are on CUDA: the same
+objects, and shared ones shared.
 
 Part of registering the device (``torch_zyx._register`` installs it). ``Module.to("zyx")``,
 ``.cpu()``, ``.to_empty(device=...)`` all run ``Module._apply(fn)``, which converts each
 module's own parameters and buffers. Between PyTorch's built-in dense devices the old parameter
-takes the converted tensor's place in C++ (``param.data = new``), so a weight that two modules
-share stays one object. PyTorch allows that in-place swap for no PrivateUse1 device, and a zyx
-tensor is a Python wrapper whose state such a C++ copy would not carry: each module then gets a
-new parameter of its own, and a shared weight (a language model's embedding tied to its output
-projection) became two unrelated parameters that trained apart, silently. ``_apply`` here
-converts each tensor once per conversion and hands every module that shared a parameter the
-same new one. As on any device of that kind the old parameter objects are replaced (PyTorch's
-advice holds: build optimizers after moving the model).
+takes the converted tensor's place in C++ (``param.data = new``): every module sharing a weight
+still shares it, and an optimizer built before the move updates the model. PyTorch allows that
+in-place swap for no PrivateUse1 device, and a zyx tensor is a Python wrapper whose state such a
+C++ copy would not carry: each module got a new parameter of its own, so a shared weight (a
+language model's embedding tied to its output projection) became two unrelated parameters that
+trained apart, and an optimizer made before the move kept updating the CPU tensors, silently.
+``_apply`` here converts each tensor once per conversion, then gives each old parameter object
+its new contents with ``torch.utils.swap_tensors`` (class, ``__dict__`` and tensor swapped, as
+PyTorch's own ``swap_module_params_on_conversion`` does) and puts it back in every module that
+held it. Where a swap is refused (the old parameter is held by a saved autograd graph or a weak
+reference), the modules that shared it share its one new parameter instead.
 """
 
 from __future__ import annotations
@@ -51,18 +55,27 @@ def _apply(self, fn, recurse=True):
         result = _original_apply(self, convert_once, recurse)
     finally:
         _local.inside = False
-    # Every module whose old parameter was shared gets the first new parameter made for it.
-    first: dict[int, torch.Tensor] = {}
+    # Each old parameter, with every (module, name) that held it.
+    holders: dict[int, tuple[torch.Tensor, list]] = {}
     for module, key, old in before:
-        new = module._parameters.get(key)
+        holders.setdefault(id(old), (old, []))[1].append((module, key))
+    for old, places in holders.values():
+        first_module, first_key = places[0]
+        new = first_module._parameters.get(first_key)
         if new is None or new is old or not _touches_zyx(old, new):
             continue
-        shared = first.setdefault(id(old), new)
-        if shared is not new:
-            module._parameters[key] = shared
+        keep = new
+        try:
+            torch.utils.swap_tensors(old, new)
+            keep = old
+        except RuntimeError:
+            pass
+        for module, key in places:
+            module._parameters[key] = keep
     return result
 
 
 def install() -> None:
-    """Make ``nn.Module._apply`` keep shared parameters shared across zyx conversions."""
+    """Make ``nn.Module._apply`` keep parameter objects, and shared ones shared, across zyx
+    conversions."""
     torch.nn.Module._apply = _apply

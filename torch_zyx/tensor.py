@@ -191,10 +191,11 @@ def _torch_device(index) -> torch.device:
 class ZyxTensor(torch.Tensor):
     """A tensor on a ``zyx`` device. Its data lives in ``_storage`` (lazy until realized)."""
 
-    # Slots, not ``__dict__`` entries (every recorded op makes a tensor: a dict for these two
-    # cost ~0.6 us to make and free). Every tensor is made by ``ZyxTensor``, ``wrap`` or
-    # ``wrap_like``, which set both.
-    __slots__ = ("_storage", "_zmeta")
+    # Every tensor is made by ``ZyxTensor``, ``wrap`` or ``wrap_like``, which set both. They are
+    # ``__dict__`` entries, not slots: torch.utils.swap_tensors, which module_conversion.py uses
+    # to keep a module's parameter objects through model.to("zyx"), refuses classes whose slots
+    # differ (a Parameter has none). Slots were no faster on the recording bench (5.0-7.0 against
+    # 5.0-5.9 us per op on the 2-core box, four runs each, alternating).
     _storage: Storage
     # (shape, strides, offset, dense) as PyTorch holds them (see ``meta``); None: not known yet.
     _zmeta: tuple | None
