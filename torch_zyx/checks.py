@@ -71,17 +71,13 @@ def check_index(index: Node, low: int, high: int, device, error: type, message: 
 def check_nonzero(divisor: Node, device) -> None:
     """Record that no entry of the integer node ``divisor`` is 0: ATen's integer division raises
     RuntimeError("ZeroDivisionError") where a divisor is (its kernels check as they divide)."""
-    numel = divisor.numel
-    if numel == 0:
-        return
-    flat = g.cast(g.reshape(divisor, (numel,)), int64)  # (read back as int64 when it failed)
-    zero = g.binary("eq", flat, g.const(0, int64, (numel,)))
-    _record(flat, zero, device, RuntimeError, "ZeroDivisionError")
+    zero = g.binary("eq", divisor, g.const(0, divisor.dtype, divisor.shape))
+    check_never(zero, device, RuntimeError, "ZeroDivisionError")
 
 
 def check_never(bad: Node, device, error: type, message: str) -> None:
     """Record that no entry of the bool node ``bad`` holds: a check CPU torch makes of an op's
-    input values (multinomial's probabilities), raised as ``error(message)``."""
+    input values (integer divisors, multinomial's probabilities), raised as ``error(message)``."""
     numel = bad.numel
     if numel == 0:
         return

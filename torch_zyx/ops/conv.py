@@ -184,11 +184,12 @@ def _check_shapes(x, weight, padding, dilation, transposed: bool, groups: int) -
     if shape[1] != w[1] * groups:
         raise RuntimeError(f"Given groups={groups}, weight of size {w}, expected input{shape} to have "
                            f"{w[1] * groups} channels, but got {shape[1]} channels instead")
-    padded = " x ".join(str(size + 2 * p) for size, p in zip(shape[2:], padding))
-    kernel = " x ".join(str(d * (k - 1) + 1) for k, d in zip(w[2:], dilation))
-    if any(d * (k - 1) + 1 > size + 2 * p for size, p, k, d in zip(shape[2:], padding, w[2:], dilation)):
-        raise RuntimeError(f"Calculated padded input size per channel: ({padded}). Kernel size: ({kernel}). "
-                           "Kernel size can't be greater than actual input size")
+    padded = [size + 2 * p for size, p in zip(shape[2:], padding)]
+    kernel = [d * (k - 1) + 1 for k, d in zip(w[2:], dilation)]
+    if any(k > size for k, size in zip(kernel, padded)):
+        raise RuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). "
+                           f"Kernel size: ({' x '.join(map(str, kernel))}). Kernel size can't be greater "
+                           "than actual input size")
 
 
 @register(aten.convolution.default, aten.convolution_overrideable.default)
