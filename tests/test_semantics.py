@@ -646,3 +646,45 @@ def test_inference_mode_views_of_normal_tensors_like_cpu():
         results[device] = (cache, cache._version, flags)
     assert_close(results["zyx"][0], results["cpu"][0])
     assert results["zyx"][1:] == results["cpu"][1:]
+
+
+FLATTEN_VIEWS = {
+    "transposed": lambda t: t.transpose(0, 1),
+    "permuted": lambda t: t.permute(2, 0, 1),
+    "sliced": lambda t: t[:, 1:],
+    "stepped": lambda t: t[:, :, ::2],
+    "expanded": lambda t: t[:1].expand(3, 3, 4),
+    "contiguous": lambda t: t,
+}
+
+
+@pytest.mark.parametrize("view", FLATTEN_VIEWS)
+@pytest.mark.parametrize("dims", [(0, -1), (0, 1), (1, 2), (2, 2)])
+def test_inference_mode_flatten_like_cpu(view, dims):
+    """flatten reaches the device itself below autograd (inference mode, decompositions): a view
+    where the flattened axes are one run in memory, else a copy, as reshape (a transposed
+    matrix flattened as a view of its storage read the storage in memory order)."""
+    results = {}
+    for device in ("cpu", "zyx"):
+        with torch.inference_mode():
+            x = torch.arange(24.0, device=device).reshape(2, 3, 4)
+            flat = FLATTEN_VIEWS[view](x).flatten(*dims)
+            before = flat.clone()
+            x.add_(100)  # seen through a view, not by a copy
+        results[device] = (before, flat, flat.stride())
+    assert_close(results["zyx"][:2], results["cpu"][:2])
+    assert results["zyx"][2] == results["cpu"][2]
+
+
+@pytest.mark.parametrize("size, step", [(3, 2), (2, 3), (4, 1), (3, 3)])
+def test_unfold_backward_like_cpu(size, step):
+    """Tensor.unfold's gradient (PyTorch's decomposition flattens an unfolded index: overlapping
+    windows indexed the storage past its end)."""
+    x = torch.randn(10, 3)
+    grads = {}
+    for device in ("cpu", "zyx"):
+        leaf = x.to(device).requires_grad_()
+        out = leaf.unfold(0, size, step)
+        weight = torch.arange(out.numel(), dtype=torch.float32).reshape(out.shape).to(device)
+        (grads[device],) = torch.autograd.grad((out * weight).sum(), leaf)
+    assert_close(grads["zyx"], grads["cpu"])

@@ -27,7 +27,7 @@ VIEW_OPS = [
     aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default, aten.alias.default,
     aten.detach.default, aten.unfold.default, aten.view_as.default, aten.expand_as.default, aten.movedim.int,
     aten.movedim.intlist, aten.swapaxes.default, aten.swapdims.default, aten.tensor_split.sections,
-    aten.tensor_split.indices, aten.unflatten.int, aten.flatten.using_ints, aten._reshape_alias.default,
+    aten.tensor_split.indices, aten.unflatten.int, aten._reshape_alias.default,
     aten.numpy_T.default, aten.mT.default, aten.mH.default, aten.adjoint.default, aten.hsplit.int,
     aten.vsplit.int, aten.split.sizes, aten.unsafe_split.Tensor,
 ]
@@ -69,6 +69,37 @@ def _view(shape, strides, offset, size):
     if numel == 0 or min(size, default=1) < 0 or math.prod(size) != numel:
         return None
     return size, g.contiguous_strides(size), offset
+
+
+def reshape_strides(shape, strides, new_shape) -> tuple | None:
+    """The strides of ``new_shape`` viewing a tensor of ``shape`` and ``strides`` (ATen's
+    computeStride), or None when no view can: each run of input axes that is contiguous in
+    memory must split into whole output axes."""
+    if not shape:
+        return (1,) * len(new_shape)
+    numel = math.prod(shape)
+    if numel == 0:
+        if tuple(shape) == tuple(new_shape):
+            return tuple(strides)
+        return g.contiguous_strides(tuple(max(s, 1) for s in new_shape))
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = strides[-1]
+    tensor_numel = view_numel = 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (shape[tensor_d - 1] != 1
+                             and strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(new_strides) if view_d == -1 else None
 
 
 def _t(shape, strides, offset):
@@ -249,6 +280,19 @@ def _view_lowering(func):
 
 for _op in VIEW_OPS:
     register(_op)(_view_lowering(_op))
+
+
+@register(aten.flatten.using_ints)
+def flatten(x, start_dim=0, end_dim=-1):
+    """A view where the flattened axes are one run in memory, else a contiguous copy, as
+    reshape. (It reaches the device below autograd: in inference mode, in decompositions.)"""
+    new_shape = tuple(aten.flatten.using_ints(_meta_of(x), start_dim, end_dim).shape)  # ATen's errors
+    shape, strides, offset, _ = x._zmeta or meta(x)
+    new_strides = reshape_strides(shape, strides, new_shape)
+    if new_strides is not None:
+        return view_of(x, new_shape, new_strides, offset)
+    return wrap(g.reshape(read(x), new_shape), x._storage.device)
+
 
 # In-place view ops change the tensor's own metadata (same storage): matmul's decomposition
 # uses squeeze_, and user code t_ / unsqueeze_.
