@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (registration)
     elementwise,
     factory,
     foreach,
+    grid_sample,
     index,
     linalg,
     linalg_ldl,
