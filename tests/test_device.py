@@ -47,6 +47,21 @@ def test_factory_and_scalars():
     assert z.requires_grad_().numpy(force=True).tolist() == data
 
 
+@pytest.mark.parametrize("device", [None, "zyx"])
+def test_tensor_from_a_list_of_zyx_scalars(device):
+    """torch.tensor / as_tensor of a (nested) list of 0-d zyx tensors, as of CUDA ones: PyTorch
+    reads each element's value with the Python key excluded (an internal assert before)."""
+    losses = {d: [torch.tensor(1.5, device=d) * 2, torch.tensor(-2, device=d)] for d in ("cpu", "zyx")}
+    for make in (lambda v: torch.tensor(v, device=device),
+                 lambda v: torch.as_tensor([[v[0]], [v[1]]], device=device),
+                 lambda v: torch.tensor(v, dtype=torch.float16, device=device)):
+        got, want = make(losses["zyx"]), make(losses["cpu"])
+        assert got.device.type == (device or "cpu")
+        torch.testing.assert_close(got.cpu(), want.cpu())
+    with pytest.raises(ValueError, match="only one element tensors can be converted to Python scalars"):
+        torch.tensor([torch.ones(2, device="zyx")])
+
+
 # *_like and new_* factories on a zyx tensor: dtype, strides, device (a ``device`` argument
 # naming the CPU puts the result there) and values as CPU torch gives them.
 LIKE_FACTORIES = {

@@ -59,6 +59,9 @@ def _register() -> None:
     lib.impl("arange.start", factory.arange_start_end, "PrivateUse1")
     lib.impl("arange.start_step", factory.arange, "PrivateUse1")
     lib.impl("_efficientzerotensor", factory.efficient_zero_tensor, "PrivateUse1")
+    # torch.tensor([t0, t1]) of zyx 0-d tensors reads each with the Python key excluded, so
+    # item() must be the device's kernel too (it was an internal assert).
+    lib.impl("_local_scalar_dense", factory.local_scalar_dense, "PrivateUse1")
     # ctc_loss with length tensors: PyTorch's composite form for tensor subclasses divides the
     # zyx losses by the (usually CPU) target lengths; the lengths as lists take the path CPU
     # and CUDA tensors take (ops/ctc.py).
