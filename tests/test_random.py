@@ -178,7 +178,8 @@ def test_generator_of_another_device_is_refused(zyx_generators):
         torch.rand(3, device="zyx", generator=torch.Generator())
     generator = torch.Generator(device="zyx")
     # ... and a zyx generator given to CPU ops, in CPU torch's words for a CUDA one
-    for draw in (lambda: torch.rand(3, generator=generator), lambda: torch.empty(3).normal_(generator=generator),
+    for draw in (lambda: torch.rand(3, generator=generator),
+                 lambda: torch.empty(3).normal_(generator=generator),
                  lambda: torch.randperm(4, generator=generator),
                  lambda: torch.multinomial(torch.ones(3), 2, generator=generator)):
         with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'zyx'"):

@@ -399,7 +399,7 @@ def test_live_lazy_values_are_realized_together_and_dead_ones_never():
 
 
 def test_inplace_on_a_realized_tensor_is_realized_by_synchronize():
-    from torch_zyx.tensor import pending_storages
+    from torch_zyx.pending import pending_storages
 
     x = torch.zeros(5, device="zyx")
     x.cpu()

@@ -6,7 +6,7 @@ an index tensor (gather, index_select, ``x[idx]``, embedding, scatter, index_put
 targets...) cannot look at those values while it records: they may not be computed yet. The
 lowering records a check instead (``check_index``): an int64 scalar computed on the device with
 the graph (one reduction), the flat position of the first entry outside the valid range.
-``tensor.realize_all`` realizes the pending checks of a device with its pending storages, reads
+``pending.realize_all`` realizes the pending checks of a device with its pending storages, reads
 the positions back and raises CPU torch's exception, with CPU torch's message, for the first
 check that failed, in the order they were recorded (the bad entry itself is computed and read
 only then). Integer divisions by a tensor record a check of their divisors the same way
@@ -96,13 +96,13 @@ def take_checks(device=None) -> list[IndexCheck]:
     """The pending checks of ``device`` (all when None), oldest first, no longer pending."""
     if not _pending:
         return []
+    # Only the checks seen here are taken out: another thread may append one meanwhile.
+    seen = _pending[:]
     if device is None:
-        taken = _pending[:]
-        _pending.clear()
-        return taken
-    taken = [check for check in _pending if check.device is device]
-    _pending[:] = [check for check in _pending if check.device is not device]
-    return taken
+        del _pending[:len(seen)]
+        return seen
+    _pending[:len(seen)] = [check for check in seen if check.device is not device]
+    return [check for check in seen if check.device is device]
 
 
 def restore_checks(checks: list[IndexCheck]) -> None:

@@ -10,8 +10,9 @@ import torch.optim.optimizer as _optimizer
 from torch.utils import _foreach_utils
 
 from . import random
+from .pending import realize_all
 from .realize import devices
-from .tensor import ZyxTensor, realize_all
+from .tensor import ZyxTensor
 
 # torch.optim picks its multi-tensor (foreach) path by default only for tensor types in this
 # list (DTensor registers itself the same way). zyx records every update lazily, so the foreach

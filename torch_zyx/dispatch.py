@@ -26,12 +26,11 @@ from . import device_guard, overlap, random
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
+from .pending import defer_error, reraise_deferred
 from .tensor import (
     ZyxTensor,
-    defer_error,
     from_cpu,
     read,
-    reraise_deferred,
     set_dispatcher,
     to_cpu,
     wrap,

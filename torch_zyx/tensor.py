@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 
 import torch
 
 from . import dtypes
-from .checks import restore_checks, take_checks
 from .config import CONFIG
 from .lazy import graph as g
 from .lazy.graph import Node
+from .pending import (
+    deferred_errors,
+    is_lazy,
+    list_pending,
+    pending_list,
+    raise_deferred,
+    realize_all,
+    sweep_pending,
+    sweep_threshold,
+)
 
 TORCH_TO_ZYX = {
     torch.float16: dtypes.float16, torch.bfloat16: dtypes.bfloat16, torch.float32: dtypes.float32,
@@ -28,58 +36,6 @@ TORCH_TO_ZYX = {
 }
 ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
 
-
-
-# Storages given a lazy value since the last realization, in the order they got it: a stable
-# order keeps graph signatures equal from one training step to the next (so the schedule cache
-# hits). Held strongly, not by weak references: making a weak reference cost ~0.5 us per
-# recorded op on the 2-core box, and a storage's death ~0.3 us more with one. A storage that
-# no tensor holds any more is found by its reference count when the list is taken (see
-# ``_take_pending``) and simply dropped then; until that moment it keeps its lazy value (and
-# whatever that references) alive. The list is taken at every realization and whenever it
-# doubles (``_sweep``), so the ones kept are at most as many as the live ones. Storages holding
-# realized buffers are never listed: dropping a tensor frees its buffer at once.
-_pending: list[Storage] = []
-_sweep = {"at": 4096}
-_getrefcount = sys.getrefcount
-
-
-def _is_lazy(node: Node) -> bool:
-    """Whether a storage holding ``node`` (its flat value or whole shaped contents) needs a
-    realization: anything but a buffer (or a buffer reshaped)."""
-    op = node.op
-    return op != "BUFFER" and (op != "RESHAPE" or node.srcs[0].op != "BUFFER")
-
-
-def _list_pending(storage: Storage) -> None:
-    pending = _pending
-    pending.append(storage)
-    if len(pending) > _sweep["at"]:
-        _sweep_pending()
-
-
-def _sweep_pending() -> None:
-    live = _take_pending()
-    _pending[:0] = live
-    _sweep["at"] = max(4096, 2 * len(live))
-
-
-def _reference_counts(storages: list) -> list[int]:
-    return [_getrefcount(s) for s in storages]
-
-
-# The count ``_reference_counts`` gives for an object that only its list holds (the list's
-# reference, the loop variable's and getrefcount's argument's: measured, not assumed).
-_UNHELD = _reference_counts([object()])[0]
-
-
-def _take_pending() -> list[Storage]:
-    """Empty ``_pending``; its storages that something else still holds and whose value is
-    still lazy, each once, oldest first."""
-    listed = list(dict.fromkeys(_pending))  # (first listing first: the storage's age)
-    _pending.clear()
-    counts = _reference_counts(listed)
-    return [s for s, count in zip(listed, counts) if count > _UNHELD and _is_lazy(s._shaped or s._value)]
 
 
 def supports_dtype(dtype: torch.dtype) -> bool:
@@ -117,8 +73,8 @@ class Storage:
             self.dtype = shaped.dtype
             self.numel = math.prod(shaped.shape)
         self.device = device
-        if _is_lazy(value if shaped is None else shaped):
-            _list_pending(self)
+        if is_lazy(value if shaped is None else shaped):
+            list_pending(self)
 
     @property
     def value(self) -> Node:
@@ -131,8 +87,8 @@ class Storage:
     def value(self, value: Node) -> None:
         self._value = value
         self._shaped = None
-        if _is_lazy(value):
-            _list_pending(self)  # (again, if it is listed already: see _take_pending)
+        if is_lazy(value):
+            list_pending(self)  # (again, if it is listed already: see _take_pending)
 
     @property
     def shaped(self) -> Node | None:
@@ -143,8 +99,8 @@ class Storage:
         """Make ``node`` (``numel`` elements of the storage's dtype) the whole contents."""
         self._value = None
         self._shaped = node
-        if _is_lazy(node):
-            _list_pending(self)  # (again, if it is listed already: see _take_pending)
+        if is_lazy(node):
+            list_pending(self)  # (again, if it is listed already: see _take_pending)
 
     def realize(self):
         """The buffer holding this storage's contents (computing pending work).
@@ -156,15 +112,9 @@ class Storage:
         """
         # (asked of the node stored, as realize_all does: ``value`` would build a flat RESHAPE of
         # a lazy ``shaped`` only for the realization to drop it)
-        if _is_lazy(self._shaped or self._value):
+        if is_lazy(self._shaped or self._value):
             realize_all(self.device)
         return self.value.arg
-
-
-def pending_storages() -> list[Storage]:
-    """Storages with unrealized values, oldest first (a stable order keeps graph signatures equal)."""
-    _sweep_pending()
-    return list(_pending)
 
 
 # The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
@@ -411,8 +361,8 @@ def wrap(node: Node, device) -> ZyxTensor:
     storage.dtype = dtype = node.dtype
     storage.numel = math.prod(shape)
     storage.device = device
-    if _is_lazy(node):
-        _list_pending(storage)
+    if is_lazy(node):
+        list_pending(storage)
     if _nodes.count > CONFIG.max_pending:
         realize_all()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
@@ -435,10 +385,10 @@ def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
     storage.dtype = dtype = node.dtype
     storage.numel = source.numel
     storage.device = device = source.device
-    pending = _pending  # (an op's fresh node: lazy)
+    pending = pending_list  # (an op's fresh node: lazy)
     pending.append(storage)
-    if len(pending) > _sweep["at"]:
-        _sweep_pending()
+    if len(pending) > sweep_threshold["at"]:
+        sweep_pending()
     if _nodes.count > CONFIG.max_pending:
         realize_all()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
@@ -477,128 +427,10 @@ def write(t: ZyxTensor, node: Node) -> None:
         realize_all()
 
 
-def _maybe_flush() -> None:
-    """Realize everything pending when the graph grows past ``ZYX_MAX_PENDING`` nodes."""
-    if g.PendingCounter.count > CONFIG.max_pending:
-        realize_all()
-
-
-# Errors raised where raising would abort the process (inside autograd's engine: see
-# dispatch.cpu_fallback), kept to be raised at the next realization or read outside it.
-_deferred_errors: list[BaseException] = []
-
-
-def defer_error(error: BaseException) -> None:
-    # Marked: raised later from inside a lowering (a read realizing the storage), a deferred
-    # NotImplementedError must leave the op, not read as the lowering declining (dispatch.py).
-    error.zyx_deferred = True
-    _deferred_errors.append(error)
-
-
-def unsupported(message: str) -> NotImplementedError:
-    """The NotImplementedError CPU torch raises for a dtype its kernel lacks, marked to leave the
-    op: raised by a lowering, it refuses the op instead of declining it (to a decomposition or
-    the CPU fallback, which would compute something where CPU torch raises)."""
-    error = NotImplementedError(message)
-    error.zyx_final = True
-    return error
-
-
-def reraise_deferred(exc: NotImplementedError) -> None:
-    """A lowering raising NotImplementedError declines the op, unless the error is a deferred
-    one (``defer_error``) surfacing at a read inside it or a refusal (``unsupported``): those
-    leave the op."""
-    if getattr(exc, "zyx_deferred", False) or getattr(exc, "zyx_final", False):
-        raise exc
-
-
-def _raise_deferred() -> None:
-    if torch._C._current_autograd_node() is None:
-        error = _deferred_errors[0]
-        _deferred_errors.clear()
-        raise error
-
-
-def realize_all(device=None) -> None:
-    """Realize every pending storage (of ``device`` only, when given) together, with the index
-    checks pending there (checks.py); raise the first of those that failed."""
-    if _deferred_errors:
-        _raise_deferred()
-    g.PendingCounter.count = 0
-    storages = _take_pending()
-    g.file_unfiled()  # (the nodes of the dead ones among them are freed now)
-    # Listed again until realized: an error below leaves them pending, as they are.
-    _pending[:0] = storages
-    by_device: dict[int, list[Storage]] = {}
-    for storage in storages:
-        if device is None or storage.device is device:
-            by_device.setdefault(storage.device.index, []).append(storage)
-    index_checks = take_checks(device)
-    checks_of: dict[int, list] = {}
-    for check in index_checks:
-        checks_of.setdefault(check.device.index, []).append(check)
-        by_device.setdefault(check.device.index, [])
-    if not by_device:
-        return
-    realize = _realize[0]
-    if realize is None:
-        from .realize import realize  # (the executor is loaded on first use)
-
-        _realize[0] = realize
-    devices = []
-    found = []  # (check, the buffer of its first bad position)
-    try:
-        for index, group in by_device.items():
-            checks = checks_of.get(index, ())
-            context = group[0].device if group else checks[0].device
-            devices.append(context)
-            # A storage filled whole by one node is realized from that node (the kernelizer
-            # stores a root contiguous in any shape): no flat RESHAPE node to build and free.
-            roots = [s._shaped or s._value for s in group] + [check.first for check in checks]
-            buffers = realize(roots, context)
-            for storage, buffer in zip(group, buffers):
-                # (not ``value =``: that would list the storage again)
-                storage._value = g.buffer(buffer, storage.dtype, storage.numel)
-                storage._shaped = None
-            found.extend(zip(checks, buffers[len(group):]))
-        # Unlisted now that they hold buffers (a listed storage would keep its buffer alive).
-        _pending[:] = [s for s in _pending if _is_lazy(s._shaped or s._value)]
-    except BaseException:
-        restore_checks(index_checks)
-        raise
-    finally:
-        # The bookkeeping above ran while the last kernel may still run (runtime ``settle``).
-        for context in devices:
-            context.settle()
-    if found:
-        _raise_failed_check(found)
-
-
-def _raise_failed_check(found: list) -> None:
-    """Raise (or defer, inside autograd's engine) the first failed check of ``found``."""
-    for check, buffer in found:
-        position = _read_int64(check.device, buffer)
-        if position < check.numel:
-            value = _read_int64(check.device, _realize[0]([check.entry(position)], check.device)[0])
-            defer_error(check.failure(position, value))
-            _raise_deferred()
-            return
-
-
-def _read_int64(device, buffer) -> int:
-    """The first int64 of ``buffer``, once the work pending on it is done."""
-    value = torch.empty(1, dtype=torch.int64)
-    device.pool.pool_to_host(buffer.raw, value.data_ptr(), 8, device.events.take([buffer.id]))
-    return int(value)
-
-
-_realize: list = [None]
-
-
 def to_cpu(t: ZyxTensor) -> torch.Tensor:
     """A CPU copy of ``t`` (realizes its storage)."""
-    if _deferred_errors:
-        _raise_deferred()
+    if deferred_errors:
+        raise_deferred()
     storage = t._storage
     buffer = storage.realize()
     device = storage.device

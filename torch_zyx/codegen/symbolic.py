@@ -9,7 +9,28 @@ Expressions are immutable and compared structurally (``key``).
 from __future__ import annotations
 
 import math
-from functools import cached_property
+
+
+class cached_property:
+    """``functools.cached_property`` without the lock Python 3.11 takes per property (each class
+    here has its own ``key``, and one key computing another's under two threads deadlocked):
+    the value is computed on first use and kept in the instance's ``__dict__``, which then
+    shadows this (non-data) descriptor. Computing it twice in a race gives equal values."""
+
+    def __init__(self, compute):
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = self.compute(instance)
+        instance.__dict__[self.name] = value
+        return value
 
 
 class Expr:

@@ -24,6 +24,7 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
+from ..pending import reraise_deferred
 from ..tensor import (
     ZYX_TO_TORCH,
     ZyxTensor,
@@ -31,7 +32,6 @@ from ..tensor import (
     from_cpu,
     meta,
     read,
-    reraise_deferred,
     wrap,
     wrap_like,
     write,

@@ -13,7 +13,8 @@ from .. import dtypes
 from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import meta, read, unsupported, wrap, zdtype
+from ..pending import unsupported
+from ..tensor import meta, read, wrap, zdtype
 from .elementwise import finite
 from .registry import aten, dtype_name, register
 

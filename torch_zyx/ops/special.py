@@ -19,7 +19,8 @@ import torch
 from .. import dtypes
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import read, unsupported, wrap, zdtype
+from ..pending import unsupported
+from ..tensor import read, wrap, zdtype
 from .registry import PROMOTE_INT_TO_FLOAT, aten, broadcast, dtype_name, operand, register, result_dtype
 
 prims = torch.ops.prims
