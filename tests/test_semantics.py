@@ -688,3 +688,17 @@ def test_unfold_backward_like_cpu(size, step):
         weight = torch.arange(out.numel(), dtype=torch.float32).reshape(out.shape).to(device)
         (grads[device],) = torch.autograd.grad((out * weight).sum(), leaf)
     assert_close(grads["zyx"], grads["cpu"])
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.float16])
+def test_inference_mode_square_dtype_like_cpu(dtype):
+    """square reaches the device itself below autograd; ATen computes it as pow(x, 2), so a bool
+    tensor squares to int64 (zyx kept bool), and square_ of one raises."""
+    x = torch.tensor([[1, 0, 1], [0, 1, 1]]).to(dtype)
+    with torch.inference_mode():
+        cpu, zyx = torch.square(x.t()), torch.square(x.to("zyx").t())
+    assert zyx.dtype == cpu.dtype
+    assert_close(zyx, cpu)
+    if dtype == torch.bool:
+        with torch.inference_mode(), pytest.raises(RuntimeError, match="can't be cast to the desired output"):
+            x.to("zyx").square_()

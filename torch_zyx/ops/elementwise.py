@@ -385,6 +385,18 @@ for _name, (_fn, _kind) in UNARY.items():
     if _packet is not None:
         register(_packet)(_unary_lowering(_name, _fn, _kind))
 
+_square = _unary_lowering("square", *UNARY["square"])
+
+
+@register(aten.square.default)
+def square(x):
+    """ATen's square is ``pow(x, 2)``: a bool tensor squares to int64. (The op reaches the device
+    itself only below autograd, in inference mode or inside decompositions.)"""
+    if _is_bool(x):
+        x = x.to(torch.int64)
+    return _square(x)
+
+
 # BINARY entries that are one graph op on operands of one shape.
 _PRIMITIVE = {mul: "mul", div: "div", maximum: "max", minimum: "min"}
 
