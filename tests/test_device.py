@@ -200,6 +200,64 @@ def test_model_to_zyx_keeps_parameter_objects():
     assert again[0].weight.device.type == "zyx"
 
 
+def _lazy_model():
+    return torch.nn.Sequential(torch.nn.LazyLinear(5), torch.nn.ReLU(), torch.nn.LazyBatchNorm1d(),
+                               torch.nn.LazyLinear(2))
+
+
+@pytest.mark.parametrize("how", ["device argument", "default device", "to", "deepcopy then to", "to_empty"])
+def test_lazy_modules_on_zyx(how):
+    """Lazy modules work on zyx as on CUDA: placeholders made on zyx or moved there report zyx
+    and materialize there at the first forward (they raised: a placeholder cannot wrap a zyx
+    tensor, and moving one read its shape), keeping the parameter objects; the model then
+    trains as on CPU."""
+    import copy
+
+    if how == "device argument":
+        model = torch.nn.Sequential(torch.nn.LazyLinear(5, device="zyx"), torch.nn.ReLU(),
+                                    torch.nn.LazyBatchNorm1d(device="zyx"), torch.nn.LazyLinear(2, device="zyx"))
+    elif how == "default device":
+        with torch.device("zyx"):
+            model = _lazy_model()
+    elif how == "to":
+        model = _lazy_model().to("zyx")
+    elif how == "deepcopy then to":  # (PyTorch cannot deep-copy a lazy buffer, on any device)
+        model = copy.deepcopy(torch.nn.Sequential(torch.nn.LazyLinear(5), torch.nn.ReLU(), torch.nn.BatchNorm1d(5),
+                                                  torch.nn.LazyLinear(2))).to("zyx")
+    else:
+        model = _lazy_model().to_empty(device="zyx")
+    assert all(t.device == torch.device("zyx:0") for t in [*model.parameters(), *model.buffers()])
+    weight = model[0].weight
+    x = torch.randn(6, 3)
+    model(x.to("zyx"))
+    assert model[0].weight is weight and isinstance(weight, torch.nn.Parameter) and weight.requires_grad
+    assert not torch.nn.parameter.is_lazy(weight) and weight.shape == (5, 3)
+    assert all(t.device.type == "zyx" for t in [*model.parameters(), *model.buffers()])
+    assert model[2].running_mean.shape == (5,) and "running_mean" in model[2].state_dict()
+    cpu = _lazy_model()
+    cpu(x)
+    cpu.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
+    for net, device in ((cpu, "cpu"), (model, "zyx")):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            net(x.to(device)).square().mean().backward()
+            opt.step()
+    for (name, expected), actual in zip(cpu.state_dict().items(), model.state_dict().values()):
+        assert_close(actual, expected, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_lazy_module_conversions_before_the_first_forward():
+    model = torch.nn.LazyBatchNorm1d().to("zyx", torch.float64)
+    assert model.weight.device.type == "zyx" and model.running_mean.dtype == torch.float64
+    model(torch.randn(4, 3, dtype=torch.float64, device="zyx"))
+    assert model.weight.dtype == torch.float64 and model.running_var.device.type == "zyx"
+    back = torch.nn.LazyConv2d(3, 2).to("zyx").cpu()
+    assert back.weight.device.type == "cpu"
+    back(torch.randn(1, 2, 4, 4))
+    assert back.weight.device.type == "cpu" and type(back.weight) is torch.nn.Parameter
+
+
 def test_memory_format_conversions_match_cpu():
     """``to(memory_format=...)`` lays the copy out as asked, ``to(dtype)`` and ``clone`` keep a
     dense layout (channels_last stays channels_last), as on CPU; Module.to(memory_format) too."""

@@ -486,6 +486,27 @@ def test_nll_loss_lowered_with_gradients(reduction, weighted, no_fallback):
             torch.testing.assert_close(results[1], results[0], equal_nan=True)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss_ignored_rows_give_zero(reduction, weighted, no_fallback):
+    """Ignored targets add nothing and get a zero gradient even when every target is ignored
+    (the mean's total weight is 0: the gradient was NaN everywhere) or the ignored row's input
+    is -inf (a masked log-probability: its loss was NaN); a class weight of 0 still gives
+    ATen's NaN for the mean."""
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(2))
+    x[0, 1] = -float("inf")
+    weight = torch.tensor([1.0, 0.0, 2.0, 0.5]) if weighted else None
+    for target in ([1, 1, 1], [1, 0, 1], [1, 3, 2]):
+        results = []
+        for device in ("cpu", "zyx"):
+            xd = x.to(device).requires_grad_() if device == "zyx" else x.clone().requires_grad_()
+            loss = F.nll_loss(xd, torch.tensor(target, device=device), ignore_index=1, reduction=reduction,
+                              weight=None if weight is None else weight.to(device))
+            loss.backward(torch.ones_like(loss))
+            results.append((loss.detach().cpu(), xd.grad.cpu()))
+        torch.testing.assert_close(results[1], results[0], equal_nan=True)
+
+
 def test_dropout():
     x = make((8, 16), torch.float32, positive=True)
     check(lambda t: F.dropout(t, p=0.0), x)

@@ -4,6 +4,7 @@ reduces, resampling, losses. Same checks as test_ops.py (conftest.check).
 """
 
 import math
+import re
 
 import pytest
 import torch
@@ -391,6 +392,26 @@ def test_fractional_max_pool_explicit_samples(nsp):
         return values, indices, t.grad
 
     check(run, make(shape, torch.float32), samples)
+
+
+@pytest.mark.parametrize("shape, samples_shape", [((4, 5, 5, 5), (2, 4, 3)), ((2, 4, 5, 5, 5), (3, 4, 3)),
+                                                  ((3, 6, 6), (2, 3, 2)), ((3, 6, 6), (1, 3, 2))])
+def test_fractional_max_pool_samples_read_as_aten(shape, samples_shape):
+    """ATen reads plane p of batch b at flat offset (b * planes + p) * dims of the samples: more
+    batches than the input has are allowed, and an input without a batch axis takes the first
+    batch's (ModuleInfo's no-batch FractionalMaxPool3d sample failed with an AssertionError)."""
+    nsp = samples_shape[-1]
+    fn = F.fractional_max_pool2d if nsp == 2 else F.fractional_max_pool3d
+    samples = torch.rand(samples_shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    check(lambda t, s: fn(t, 2, output_size=(3,) * nsp, _random_samples=s, return_indices=True),
+          make(shape, torch.float64), samples)
+    for bad in (samples.float(), samples[:1]):
+        if bad.dtype == torch.float64 and len(shape) == nsp + 1:
+            continue  # no batch axis: any batch count will do
+        with pytest.raises(RuntimeError) as cpu_error:
+            fn(make(shape, torch.float64), 2, output_size=(3,) * nsp, _random_samples=bad)
+        with pytest.raises(RuntimeError, match=re.escape(str(cpu_error.value))):
+            fn(make(shape, torch.float64).to("zyx"), 2, output_size=(3,) * nsp, _random_samples=bad.to("zyx"))
 
 
 def _grid_sample(mode, padding, corners):

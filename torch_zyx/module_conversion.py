@@ -23,6 +23,7 @@ import threading
 
 import torch
 
+from . import lazy_parameters
 from .tensor import ZyxTensor
 
 _original_apply = torch.nn.Module._apply
@@ -45,6 +46,8 @@ def _apply(self, fn, recurse=True):
         hit = converted.get(id(tensor))
         if hit is not None:
             return hit[1]
+        if lazy_parameters.is_placeholder(tensor):  # a lazy module's, before its first forward
+            return lazy_parameters.convert(tensor, fn)
         result = fn(tensor)
         if _touches_zyx(tensor, result):
             converted[id(tensor)] = (tensor, result)
@@ -77,5 +80,6 @@ def _apply(self, fn, recurse=True):
 
 def install() -> None:
     """Make ``nn.Module._apply`` keep parameter objects, and shared ones shared, across zyx
-    conversions."""
+    conversions, and lazy modules' placeholders work on zyx (lazy_parameters.py)."""
     torch.nn.Module._apply = _apply
+    lazy_parameters.install()

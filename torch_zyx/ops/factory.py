@@ -115,6 +115,16 @@ def zero_(x):
     return x
 
 
+def _plain(src):
+    """``src`` as a plain tensor when it is a CPU tensor subclass: a lazy module's
+    ``UninitializedParameter`` refuses ``.shape`` and most methods (moving the module to a
+    device copies its zero-element placeholder)."""
+    if isinstance(src, ZyxTensor) or type(src) is torch.Tensor or not isinstance(src, torch.Tensor):
+        return src
+    with torch._C.DisableTorchFunctionSubclass():
+        return src.as_subclass(torch.Tensor)
+
+
 def _source_node(src, device):
     if isinstance(src, ZyxTensor):
         if src._storage.device is not device:
@@ -129,6 +139,7 @@ def copy_(dst, src, non_blocking=False):
     if not isinstance(dst, ZyxTensor):
         dst.copy_(to_cpu(src))
         return dst
+    src = _plain(src)
     overlap.check_internal(dst)
     overlap.check_inputs(dst, (src,))
     node = _source_node(src, dst._storage.device)

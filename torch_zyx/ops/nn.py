@@ -276,9 +276,12 @@ def _nll_rows(node: Node, target: Node, weight, ignore_index) -> tuple[Node, Nod
     node = g.reshape(node, (rows, classes))
     tgt = g.reshape(target, (rows,))
     wide = (rows, classes)
-    hot = g.binary("eq", g.expand(g.reshape(g.iota((classes,)), (1, classes)), wide),
-                   g.expand(g.reshape(tgt, (rows, 1)), wide))
     valid = g.binary("ne", tgt, g.const(ignore_index, dtypes.int64, (rows,)))
+    # An ignored row picks nothing, as ATen skips it: its loss and gradient are 0 even where
+    # its input is -inf or the mean's total weight is 0 (0 * inf and 0 / 0 are NaN).
+    hot = g.binary("and", g.binary("eq", g.expand(g.reshape(g.iota((classes,)), (1, classes)), wide),
+                                   g.expand(g.reshape(tgt, (rows, 1)), wide)),
+                   g.expand(g.reshape(valid, (rows, 1)), wide))
     zero = g.const(0.0, node.dtype, (rows,))
     if weight is None:
         row_weight = g.where(valid, g.const(1.0, node.dtype, (rows,)), zero)

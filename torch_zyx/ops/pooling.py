@@ -524,7 +524,18 @@ def _fractional(x, kernel_size, output_size, samples, nsp: int):
             raise RuntimeError(f"fractional_max_pool{nsp}d(): pool size {k} too large relative to input "
                                f"size {s} for output size {o}")
     lead = tuple(x.shape[:-nsp])
-    u = g.reshape(read(samples), lead + (nsp,))
+    if samples.dtype != x.dtype:
+        raise RuntimeError("Expect _random_samples to have the same dtype as input")
+    if x.dim() == nsp + 2 and samples.shape[0] < x.shape[0]:
+        raise RuntimeError("Expect _random_samples.size(0) no less then input batch size.")
+    # ATen reads plane p of batch b at flat offset (b * planes + p) * nsp of the samples,
+    # whatever their shape: an input without a batch axis takes the first batch's.
+    needed = math.prod(lead) * nsp
+    if samples.numel() < needed:
+        raise RuntimeError(f"Expect _random_samples to hold {needed} values for an input of shape "
+                           f"{list(x.shape)}, got shape {list(samples.shape)}")
+    flat = g.reshape(read(samples), (samples.numel(),))
+    u = g.reshape(g.shrink(flat, ((0, needed),)), lead + (nsp,))
     dtype = zdtype(x.dtype)
     starts = []
     for axis in range(nsp):
