@@ -215,15 +215,16 @@ def test_lazy_modules_on_zyx(how):
 
     if how == "device argument":
         model = torch.nn.Sequential(torch.nn.LazyLinear(5, device="zyx"), torch.nn.ReLU(),
-                                    torch.nn.LazyBatchNorm1d(device="zyx"), torch.nn.LazyLinear(2, device="zyx"))
+                                    torch.nn.LazyBatchNorm1d(device="zyx"),
+                                    torch.nn.LazyLinear(2, device="zyx"))
     elif how == "default device":
         with torch.device("zyx"):
             model = _lazy_model()
     elif how == "to":
         model = _lazy_model().to("zyx")
     elif how == "deepcopy then to":  # (PyTorch cannot deep-copy a lazy buffer, on any device)
-        model = copy.deepcopy(torch.nn.Sequential(torch.nn.LazyLinear(5), torch.nn.ReLU(), torch.nn.BatchNorm1d(5),
-                                                  torch.nn.LazyLinear(2))).to("zyx")
+        layers = (torch.nn.LazyLinear(5), torch.nn.ReLU(), torch.nn.BatchNorm1d(5), torch.nn.LazyLinear(2))
+        model = copy.deepcopy(torch.nn.Sequential(*layers)).to("zyx")
     else:
         model = _lazy_model().to_empty(device="zyx")
     assert all(t.device == torch.device("zyx:0") for t in [*model.parameters(), *model.buffers()])
@@ -655,7 +656,7 @@ def _thread_team(kind: str, runtime):
     if kind == "native":
         if not cpu_team.NativeTeam.supported(runtime.triple):
             pytest.skip(f"the native team needs x86-64 Linux, not {runtime.triple}")
-        return cpu_team.NativeTeam(runtime.target_machine, 3)
+        return cpu_team.NativeTeam(runtime.new_target_machine(), 3)
     return cpu_team.PythonWorkers(4)
 
 
@@ -713,6 +714,64 @@ def test_cpu_calls(kind, team, monkeypatch):
         assert_close(xz.view(256, -1).softmax(-1), x.view(256, -1).softmax(-1))
         noise = torch.rand(1 << 20, device=device)
         assert 0.49 < noise.mean().item() < 0.51 and 0 <= noise.min().item() and noise.max().item() < 1
+
+
+# Counts its outer iterations: out[i] += 1 (atomically) for i in [start, end).
+_COUNTING_KERNEL = """
+define void @zyx_count(ptr %bufs, ptr %params, i64 %start, i64 %end) {
+entry:
+  %out = load ptr, ptr %bufs
+  %empty = icmp sge i64 %start, %end
+  br i1 %empty, label %exit, label %loop
+loop:
+  %i = phi i64 [ %start, %entry ], [ %next, %loop ]
+  %at = getelementptr i64, ptr %out, i64 %i
+  %old = atomicrmw add ptr %at, i64 1 monotonic
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %end
+  br i1 %more, label %loop, label %exit
+exit:
+  ret void
+}
+"""
+
+
+def test_compile_after_a_program_is_freed():
+    """Each program's engine has its own target machine: an engine frees the one it is made
+    with, and compiling after the first program was freed segfaulted."""
+    import gc
+
+    runtime = _cpu_context().runtime
+    program = runtime.compile("zyx_count_a", _COUNTING_KERNEL.replace("zyx_count", "zyx_count_a"))
+    del program
+    gc.collect()
+    program = runtime.compile("zyx_count_b", _COUNTING_KERNEL.replace("zyx_count", "zyx_count_b"))
+    out = torch.zeros(5, dtype=torch.int64)
+    _cpu_calls("ctypes").serial(program.address, [out.data_ptr()], [], 1, 4)
+    assert out.tolist() == [0, 1, 1, 1, 0]
+
+
+@pytest.mark.parametrize("kind", ["c", "ctypes"])
+def test_parallel_entry_runs_every_iteration_once(kind):
+    """The parallel entry's home blocks (each thread starts with its CPU's block of chunks,
+    then takes what is left of the others) run each outer iteration exactly once, whatever
+    the range, chunk, number of homes and threads calling it."""
+    import threading
+
+    ctx = _cpu_context()
+    calls = _cpu_calls(kind)
+    program = ctx.runtime.compile("zyx_count", _COUNTING_KERNEL)
+    for end, chunk, homes, threads in [(1, 1, 1, 1), (10, 3, 4, 2), (100, 7, 16, 5), (97, 1, 3, 8),
+                                       (5, 8, 2, 3), (1000, 13, 7, 7), (64, 64, 255, 4)]:
+        out = torch.zeros(end, dtype=torch.int64)
+        task = calls.Task([out.data_ptr()], [], end, chunk, homes)
+        workers = [threading.Thread(target=calls.entry, args=(program.parallel_address, task))
+                   for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert torch.equal(out, torch.ones(end, dtype=torch.int64)), (end, chunk, homes, threads)
 
 
 def _openmp_device(monkeypatch, team_size: bool = False):

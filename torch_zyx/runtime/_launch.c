@@ -7,9 +7,11 @@
  * when the interpreter's caches are cold after a large kernel. This module does the same in C,
  * with the same contract (runtime/foreign.py picks it when it is built, ctypes otherwise):
  *
- *   Task(pointers, params, end, chunk)     one launch's task (what the parallel entry reads:
- *                                          { ptr buffers, ptr params, i64 counter, i64 end,
- *                                          i64 chunk }), owning its two arrays; ``address``
+ *   Task(pointers, params, end, chunk, homes)   one launch's task (what the parallel entry
+ *                                          reads: { ptr buffers, ptr params, ptr counters,
+ *                                          i64 end, i64 chunk, i64 homes }), owning its two
+ *                                          arrays and its ``homes`` chunk counters (zeroed, one
+ *                                          per cache line); ``address``
  *   serial(kernel, pointers, params, start, end)   kernel(buffers, params, start, end)
  *   entry(entry, task)                     the parallel entry on this thread: entry(task)
  *   omp_parallel(parallel, entry, task, threads)   GOMP_parallel(entry, task, threads, 0)
@@ -25,19 +27,25 @@
 #include <structmember.h>
 
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     void **buffers;
     int64_t *params;
-    int64_t counter;
+    int64_t *counters;
     int64_t end;
     int64_t chunk;
+    int64_t homes;
 } TaskData;
+
+/* Words between two homes' counters: one 64-byte cache line each (no false sharing). */
+#define COUNTER_WORDS 8
 
 typedef struct {
     PyObject_VAR_HEAD
     TaskData data;
-    /* ob_size words: the buffer pointers, then the parameters */
+    /* ob_size words: the buffer pointers, the parameters, then the counters (from the first
+     * 64-byte boundary on) */
     int64_t words[1];
 } TaskObject;
 
@@ -132,12 +140,19 @@ static PyObject *
 task_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *pointers, *params;
-    long long end, chunk;
+    long long end, chunk, homes;
     Arrays arrays;
-    if (!PyArg_ParseTuple(args, "OOLL:Task", &pointers, &params, &end, &chunk) ||
-        !arrays_open(pointers, params, &arrays))
+    if (!PyArg_ParseTuple(args, "OOLLL:Task", &pointers, &params, &end, &chunk, &homes))
         return NULL;
-    TaskObject *task = PyObject_NewVar(TaskObject, type, arrays.n_words);
+    if (chunk < 1 || homes < 1 || homes > 4096) {
+        PyErr_Format(PyExc_ValueError, "Task: chunk %lld and homes %lld must be positive (homes <= 4096)",
+                     chunk, homes);
+        return NULL;
+    }
+    if (!arrays_open(pointers, params, &arrays))
+        return NULL;
+    Py_ssize_t counter_words = homes * COUNTER_WORDS + COUNTER_WORDS - 1;  /* (with alignment) */
+    TaskObject *task = PyObject_NewVar(TaskObject, type, arrays.n_words + counter_words);
     int64_t *param_words;
     if (task != NULL && !arrays_fill(&arrays, task->words, &param_words))
         Py_CLEAR(task);
@@ -146,9 +161,13 @@ task_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     task->data.buffers = (void **)task->words;
     task->data.params = param_words;
-    task->data.counter = 0;
+    uintptr_t after_arrays = (uintptr_t)(task->words + arrays.n_words);
+    int64_t *counters = (int64_t *)((after_arrays + 63) & ~(uintptr_t)63);
+    memset(counters, 0, homes * COUNTER_WORDS * sizeof(int64_t));
+    task->data.counters = counters;
     task->data.end = end;
     task->data.chunk = chunk;
+    task->data.homes = homes;
     return (PyObject *)task;
 }
 
@@ -169,7 +188,7 @@ static PyTypeObject TaskType = {
     .tp_basicsize = offsetof(TaskObject, words),
     .tp_itemsize = sizeof(int64_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Task(pointers, params, end, chunk): one parallel launch's task and its arrays.",
+    .tp_doc = "Task(pointers, params, end, chunk, homes): one parallel launch's task and its arrays.",
     .tp_getset = task_getset,
     .tp_new = task_new,
 };

@@ -24,7 +24,7 @@ from ..lazy.panels import DEFAULT_TILE, MatmulTile
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
 from . import CompileError
-from .cpu_calls import CALLS
+from .cpu_calls import CALLS, COUNTER_WORDS
 from .cpu_team import NativeTeam, OpenMPTeam, PythonWorkers
 
 log = logging.getLogger("torch_zyx")
@@ -34,31 +34,69 @@ log = logging.getLogger("torch_zyx")
 _PARALLEL_SUFFIX = "_parallel"
 
 
-# The parallel entry added to every kernel: runs [start, start + chunk) for start taken off
-# task.counter (an atomic add) until start reaches task.end.
+# The parallel entry added to every kernel. The outer range is cut into chunks, and the chunks
+# into ``homes`` blocks of consecutive chunks (as many as the device has threads), each with its
+# own atomic counter. A thread starts with the block of the CPU it runs on (CPU number modulo
+# homes), taking its chunks one at a time, then takes what is left of the others, block by
+# block: the same rows go to the same core at every launch of a shape, so a kernel finds what
+# the previous one wrote (or read) there in that core's L2 cache, as with OpenMP's static
+# schedule, and a thread that is late or shares its core leaves its chunks to the others. (One
+# counter for all chunks handed them out in arrival order, a different core each launch.)
 _PARALLEL_ENTRY = """
-%zyx.task = type {{ ptr, ptr, i64, i64, i64 }}
+%zyx.task = type {{ ptr, ptr, ptr, i64, i64, i64 }}
+{cpu_declare}
 define void @{name}{suffix}(ptr %task) {{
 entry:
   %bufs = load ptr, ptr %task
   %params.at = getelementptr %zyx.task, ptr %task, i32 0, i32 1
   %params = load ptr, ptr %params.at
-  %counter = getelementptr %zyx.task, ptr %task, i32 0, i32 2
+  %counters.at = getelementptr %zyx.task, ptr %task, i32 0, i32 2
+  %counters = load ptr, ptr %counters.at
   %end.at = getelementptr %zyx.task, ptr %task, i32 0, i32 3
   %end = load i64, ptr %end.at
   %chunk.at = getelementptr %zyx.task, ptr %task, i32 0, i32 4
   %chunk = load i64, ptr %chunk.at
+  %homes.at = getelementptr %zyx.task, ptr %task, i32 0, i32 5
+  %homes = load i64, ptr %homes.at
+  %span = add i64 %end, %chunk
+  %span1 = sub i64 %span, 1
+  %chunks = udiv i64 %span1, %chunk
+  %cpu = {cpu_value}
+  %known = icmp sgt i32 %cpu, -1
+  %cpu.known = select i1 %known, i32 %cpu, i32 0
+  %cpu64 = zext i32 %cpu.known to i64
+  %first = urem i64 %cpu64, %homes
+  br label %home
+home:
+  %k = phi i64 [ 0, %entry ], [ %k.next, %next_home ]
+  %h.raw = add i64 %first, %k
+  %wraps = icmp uge i64 %h.raw, %homes
+  %h.wrapped = sub i64 %h.raw, %homes
+  %h = select i1 %wraps, i64 %h.wrapped, i64 %h.raw
+  %lo.num = mul i64 %h, %chunks
+  %lo = udiv i64 %lo.num, %homes
+  %h1 = add i64 %h, 1
+  %hi.num = mul i64 %h1, %chunks
+  %hi = udiv i64 %hi.num, %homes
+  %slot = mul i64 %h, {counter_words}
+  %counter = getelementptr i64, ptr %counters, i64 %slot
   br label %take
 take:
-  %start = atomicrmw add ptr %counter, i64 %chunk monotonic
-  %done = icmp sge i64 %start, %end
-  br i1 %done, label %exit, label %run
+  %taken = atomicrmw add ptr %counter, i64 1 monotonic
+  %index = add i64 %lo, %taken
+  %have = icmp ult i64 %index, %hi
+  br i1 %have, label %run, label %next_home
 run:
+  %start = mul i64 %index, %chunk
   %next = add i64 %start, %chunk
   %short = icmp slt i64 %next, %end
   %stop = select i1 %short, i64 %next, i64 %end
   call void @{name}(ptr %bufs, ptr %params, i64 %start, i64 %stop)
   br label %take
+next_home:
+  %k.next = add i64 %k, 1
+  %more = icmp ult i64 %k.next, %homes
+  br i1 %more, label %home, label %exit
 exit:
   ret void
 }}
@@ -164,7 +202,7 @@ class CPUProgram:
         chunk = max(grain, -(-global_size // (8 * threads)))
         per_worker = _MIN_CHUNKS_PER_WORKER if threads > _SMALL_TEAM else 1
         workers = min(threads, -(-global_size // (chunk * per_worker)))
-        task = CALLS.Task(pointers, params, global_size, chunk)
+        task = CALLS.Task(pointers, params, global_size, chunk, threads)
         return device.team.launch(self.parallel_address, task, workers, wait_events, buffers,
                                   work >= _DETACH_WORK)
 
@@ -194,12 +232,20 @@ class CPUDevice:
     def __init__(self):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_default_triple()
         self.triple = llvm.get_process_triple()
-        self.target_machine = target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
-            reloc="pic", codemodel="default")
+        # For the optimization passes only: an engine takes ownership of the target machine
+        # it is made with and frees it with itself (llvmlite marks it owned), so each engine
+        # gets its own (new_target_machine). With one shared machine, the first program (or
+        # thread team) freed left every later compile a dangling one: a segfault.
+        self.target_machine = self.new_target_machine()
         self.threads = CONFIG.threads
+        # Which CPU a thread of the parallel entry runs on (glibc's sched_getcpu: a vDSO read);
+        # elsewhere every thread starts with the first block.
+        if "linux" in self.triple:
+            self._cpu_number = {"cpu_declare": "declare i32 @sched_getcpu()",
+                                "cpu_value": "call i32 @sched_getcpu()"}
+        else:
+            self._cpu_number = {"cpu_declare": "", "cpu_value": "add i32 0, 0"}
         self.team = self._new_team()
         # A forked child (DataLoader workers, forking test runners) inherits the team but not
         # its threads: a launch would wait for them forever. The child starts fresh threads.
@@ -214,6 +260,13 @@ class CPUDevice:
         self.matmul_tile = MatmulTile(8, 32) if vector_bits == 512 else DEFAULT_TILE
 
     @staticmethod
+    def new_target_machine():
+        """An LLVM target machine for the host CPU (O3, position-independent code)."""
+        return llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
+            reloc="pic", codemodel="default")
+
+    @staticmethod
     def _preferred_vector_bits() -> int:
         """512 on AVX-512 hosts (LLVM prefers 256 there; a 16-core Xeon ran softmax 1024x4096 in
         0.42 instead of 0.49 ms with 512), else 0: the target's own preference."""
@@ -225,7 +278,7 @@ class CPUDevice:
             if team is not None:
                 return team
         if CONFIG.cpu_team in ("native", "openmp") and NativeTeam.supported(self.triple):
-            return NativeTeam(self.target_machine, self.threads - 1)
+            return NativeTeam(self.new_target_machine(), self.threads - 1)
         return PythonWorkers(self.threads)
 
     def _after_fork_in_child(self) -> None:
@@ -282,7 +335,8 @@ class CPUDevice:
         # The module is the kernel plus its parallel entry; errors and the program carry the
         # kernel's own source (what the renderer wrote).
         kernel_source = source
-        source = source + _PARALLEL_ENTRY.format(name=name, suffix=_PARALLEL_SUFFIX)
+        source = source + _PARALLEL_ENTRY.format(name=name, suffix=_PARALLEL_SUFFIX,
+                                                 counter_words=COUNTER_WORDS, **self._cpu_number)
         digest = hashlib.sha256((self.triple + llvm.get_host_cpu_name() + source).encode()).hexdigest()[:32]
         cached_object = self._cache_dir / f"{digest}.o"
         with self._lock:
@@ -300,7 +354,7 @@ class CPUDevice:
                     module = self._after_optimization(module, source)
                 if CONFIG.debug & DEBUG_COMPILE:
                     print(f"zyx compile {name}: {len(source)} chars of LLVM IR")
-            engine = llvm.create_mcjit_compiler(module, self.target_machine)
+            engine = llvm.create_mcjit_compiler(module, self.new_target_machine())
             # The object cache hands MCJIT the machine code from disk (no codegen) or is told
             # the fresh machine code so the next process can skip compiling.
             engine.set_object_cache(lambda _module, data: self._store_object(cached_object, data),

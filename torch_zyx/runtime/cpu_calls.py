@@ -10,9 +10,10 @@ Stage 6 of the flow (... → renderer → **device**); cpu.py and cpu_team.py la
   times that when the interpreter's caches are cold after a large kernel.
 - ``CtypesCalls`` below: the same through ctypes (no C compiler at install, or ZYX_NATIVE=0).
 
-The surface: ``Task(pointers, params, end, chunk)`` (one parallel launch's task as the parallel
-entry reads it, ``{ ptr buffers, ptr params, i64 counter, i64 end, i64 chunk }``, owning both
-arrays; ``.address``), ``serial(kernel, pointers, params, start, end)``, ``entry(entry, task)``,
+The surface: ``Task(pointers, params, end, chunk, homes)`` (one parallel launch's task as the
+parallel entry reads it, ``{ ptr buffers, ptr params, ptr counters, i64 end, i64 chunk, i64 homes }``,
+owning both arrays and the homes' chunk counters, one per cache line; ``.address``),
+``serial(kernel, pointers, params, start, end)``, ``entry(entry, task)``,
 ``omp_parallel(parallel, entry, task, threads)``, ``omp_start(start, entry, task, threads)``,
 ``omp_end(end)`` and ``omp_team_size(fn)``. Every call that runs machine code releases the GIL.
 """
@@ -43,15 +44,21 @@ def _arrays(pointers: list[int], params: list[int]):
             (ctypes.c_int64 * max(len(params), 1))(*params))
 
 
+# Words between two homes' counters: one 64-byte cache line each (no false sharing).
+COUNTER_WORDS = 8
+
+
 class CtypesTask(ctypes.Structure):
     """``_launch.Task`` through ctypes."""
 
-    _fields_ = [("buffers", ctypes.c_void_p), ("params", ctypes.c_void_p), ("counter", ctypes.c_int64),
-                ("end", ctypes.c_int64), ("chunk", ctypes.c_int64)]
+    _fields_ = [("buffers", ctypes.c_void_p), ("params", ctypes.c_void_p), ("counters", ctypes.c_void_p),
+                ("end", ctypes.c_int64), ("chunk", ctypes.c_int64), ("homes", ctypes.c_int64)]
 
-    def __init__(self, pointers: list[int], params: list[int], end: int, chunk: int):
+    def __init__(self, pointers: list[int], params: list[int], end: int, chunk: int, homes: int):
         self._arrays = _arrays(pointers, params)  # (the task owns them)
-        super().__init__(ctypes.addressof(self._arrays[0]), ctypes.addressof(self._arrays[1]), 0, end, chunk)
+        self._counters = (ctypes.c_int64 * (homes * COUNTER_WORDS))()
+        super().__init__(ctypes.addressof(self._arrays[0]), ctypes.addressof(self._arrays[1]),
+                         ctypes.addressof(self._counters), end, chunk, homes)
 
     @property
     def address(self) -> int:

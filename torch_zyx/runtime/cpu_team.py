@@ -145,7 +145,8 @@ class _TeamState(ctypes.Structure):
 
 
 class NativeTeam:
-    """``helpers`` threads parked in machine code plus the launching thread."""
+    """``helpers`` threads parked in machine code plus the launching thread. The team's engine
+    owns ``target_machine`` (a machine of its own: CPUDevice.new_target_machine)."""
 
     name = "native team"
 
