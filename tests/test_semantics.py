@@ -568,6 +568,11 @@ OVERLAP_CASES = {
     "cat out over its inputs": lambda v: torch.cat([v[:2], v[2:4]], out=v[1:5]),
     "cat out exactly its inputs": lambda v: torch.cat([v[:2], v[2:4]], out=v[:4]),
     "index_select out of self": lambda v: torch.index_select(v[:4], 0, _ints([0, 1], v), out=v[3:5]),
+    # gather checks its out= once resized to the result (it overlaps the input only then);
+    # index_select checks it as given
+    "gather out resized over its input": lambda v: torch.gather(v[1:], 0, _ints([0, 1], v), out=v[:1]),
+    "index_select out resized over its input": lambda v: torch.index_select(v[2:], 0, _ints([0, 1], v),
+                                                                            out=v[:1]),
     # allowed: exactly the same elements, disjoint parts, spans ATen does not judge, no check.
     # (Reductions and matmuls into an output that partly overlaps their input are allowed as well;
     # CPU torch's results there depend on its kernels' order, zyx computes the values as if the

@@ -106,15 +106,21 @@ def _check_out_dtype(op_name: str, outs, results) -> None:
                            f"but got {registry.type_meta_name(out.dtype)} instead")
 
 
+def _resize_out(dst, value, stacklevel: int = 5) -> None:
+    """Resize an ``out`` tensor to ``value``'s shape when they differ, as ATen does (warning
+    when it had elements, at the user's call: ``stacklevel`` frames up)."""
+    if isinstance(dst, ZyxTensor) and tuple(dst.shape) != tuple(value.shape):
+        if dst.numel() != 0:
+            warnings.warn("An output with one or more elements was resized since it had shape "
+                          f"{list(dst.shape)}, which does not match the required output shape "
+                          f"{list(value.shape)}.", UserWarning, stacklevel=stacklevel)
+        dst.resize_(value.shape)
+
+
 def _assign(dst, value) -> None:
     """Write ``value`` (tensor) into ``dst``, resizing an empty or differently shaped ``out``."""
     if isinstance(dst, ZyxTensor):
-        if tuple(dst.shape) != tuple(value.shape):
-            if dst.numel() != 0:
-                warnings.warn("An output with one or more elements was resized since it had shape "
-                              f"{list(dst.shape)}, which does not match the required output shape "
-                              f"{list(value.shape)}.", UserWarning, stacklevel=4)
-            dst.resize_(value.shape)
+        _resize_out(dst, value)
         if value.dtype != dst.dtype and not torch.can_cast(value.dtype, dst.dtype):
             raise RuntimeError(f"result type {_dtype_name(value.dtype)} can't be cast to the desired "
                                f"output type {_dtype_name(dst.dtype)}")
@@ -165,9 +171,16 @@ def _dispatch_unlowered(func, args, kwargs):
         call_kwargs = {k: v for k, v in kwargs.items() if k not in out_names} if kwargs else kwargs
         if outs:
             op_name = func._schema.name.split("::")[-1]
-            overlap.check_write(func, outs, (args, tuple(call_kwargs.values())) if call_kwargs else args)
+            inputs = (args, tuple(call_kwargs.values())) if call_kwargs else args
+            after_resize = overlap.rules_of(func).after_resize
+            if not after_resize:
+                overlap.check_write(func, outs, inputs)
             result = dispatch(functional, args, call_kwargs)
             results = result if isinstance(result, (tuple, list)) else (result,)
+            if after_resize:
+                for dst, value in zip(outs, results):
+                    _resize_out(dst, value, stacklevel=4)
+                overlap.check_write(func, outs, inputs)
             _check_out_dtype(op_name, outs, results)
             for dst, value in zip(outs, results):
                 _assign(dst, value)

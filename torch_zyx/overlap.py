@@ -58,16 +58,20 @@ _PARTIAL_CHECKED = frozenset({"copy", "index_put", "index_copy", "index_add", "i
                               "take", "masked_select", "gather", "kthvalue"})
 # Out= forms that refuse any shared memory with an input, even exactly the same elements.
 _ANY_OVERLAP_CHECKED = frozenset({"cat", "index_select", "take", "masked_select", "gather", "kthvalue"})
+# Out= forms whose checks see the output already resized to the result's shape (ATen checks in
+# the kernel, after resizing; the others check the output as given).
+_CHECKED_AFTER_RESIZE = frozenset({"gather"})
 
 
 class Rules:
     """What one op's write checks: its destination's internal overlap, inputs partly overlapping
     it, inputs overlapping it at all."""
 
-    __slots__ = ("any", "internal", "partial")
+    __slots__ = ("after_resize", "any", "internal", "partial")
 
-    def __init__(self, internal: bool, partial: bool, any_overlap: bool):
+    def __init__(self, internal: bool, partial: bool, any_overlap: bool, after_resize: bool):
         self.internal, self.partial, self.any = internal, partial, any_overlap
+        self.after_resize = after_resize
 
 
 @functools.cache
@@ -76,7 +80,7 @@ def rules_of(func) -> Rules:
     base = func._schema.name.split("::")[-1].rstrip("_")
     pointwise = torch.Tag.pointwise in func.tags
     return Rules(base not in _INTERNAL_ALLOWED, pointwise or base in _PARTIAL_CHECKED,
-                 base in _ANY_OVERLAP_CHECKED)
+                 base in _ANY_OVERLAP_CHECKED, base in _CHECKED_AFTER_RESIZE)
 
 
 def _dense_span(t: ZyxTensor) -> tuple[int, int] | None:
