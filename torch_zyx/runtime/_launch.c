@@ -40,6 +40,8 @@ typedef struct {
 
 /* Words between two homes' counters: one 64-byte cache line each (no false sharing). */
 #define COUNTER_WORDS 8
+/* The most home blocks a task has (cpu_calls.py MAX_HOMES). */
+#define MAX_HOMES 4096
 
 typedef struct {
     PyObject_VAR_HEAD
@@ -144,9 +146,9 @@ task_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Arrays arrays;
     if (!PyArg_ParseTuple(args, "OOLLL:Task", &pointers, &params, &end, &chunk, &homes))
         return NULL;
-    if (chunk < 1 || homes < 1 || homes > 4096) {
-        PyErr_Format(PyExc_ValueError, "Task: chunk %lld and homes %lld must be positive (homes <= 4096)",
-                     chunk, homes);
+    if (chunk < 1 || homes < 1 || homes > MAX_HOMES) {
+        PyErr_Format(PyExc_ValueError, "Task: chunk %lld and homes %lld must be positive (homes <= %d)",
+                     chunk, homes, MAX_HOMES);
         return NULL;
     }
     if (!arrays_open(pointers, params, &arrays))

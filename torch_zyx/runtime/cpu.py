@@ -24,7 +24,7 @@ from ..lazy.panels import DEFAULT_TILE, MatmulTile
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
 from . import CompileError
-from .cpu_calls import CALLS, COUNTER_WORDS
+from .cpu_calls import CALLS, COUNTER_WORDS, MAX_HOMES
 from .cpu_team import NativeTeam, OpenMPTeam, PythonWorkers
 
 log = logging.getLogger("torch_zyx")
@@ -202,7 +202,7 @@ class CPUProgram:
         chunk = max(grain, -(-global_size // (8 * threads)))
         per_worker = _MIN_CHUNKS_PER_WORKER if threads > _SMALL_TEAM else 1
         workers = min(threads, -(-global_size // (chunk * per_worker)))
-        task = CALLS.Task(pointers, params, global_size, chunk, threads)
+        task = CALLS.Task(pointers, params, global_size, chunk, min(threads, MAX_HOMES))
         return device.team.launch(self.parallel_address, task, workers, wait_events, buffers,
                                   work >= _DETACH_WORK)
 

@@ -46,6 +46,8 @@ def _arrays(pointers: list[int], params: list[int]):
 
 # Words between two homes' counters: one 64-byte cache line each (no false sharing).
 COUNTER_WORDS = 8
+# The most home blocks a task has (_launch.c refuses more): a team of more threads shares them.
+MAX_HOMES = 4096
 
 
 class CtypesTask(ctypes.Structure):
