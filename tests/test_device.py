@@ -334,6 +334,33 @@ def test_torch_zyx_module():
     zyx.empty_cache()
 
 
+def test_torch_zyx_memory_and_device_queries():
+    """What device-agnostic code asks ``torch.get_device_module(device)`` besides issue 2's list
+    (torch.cuda has them): memory statistics, free memory, the device's name and properties."""
+    zyx = torch.get_device_module("zyx")
+    assert zyx is torch.zyx
+    gc.collect()
+    zyx.synchronize()
+    big = torch.ones(1 << 16, device="zyx")
+    big.cpu()
+    stats = zyx.memory_stats()
+    assert stats["allocated_bytes.all.current"] == zyx.memory_allocated() >= 1 << 18
+    assert stats["allocated_bytes.all.peak"] == zyx.max_memory_allocated()
+    assert stats["reserved_bytes.all.current"] == zyx.memory_reserved() <= zyx.max_memory_reserved()
+    del big
+    gc.collect()
+    zyx.synchronize()
+    zyx.reset_max_memory_allocated()
+    assert zyx.max_memory_allocated() == zyx.memory_allocated()
+    free, total = zyx.mem_get_info()
+    assert 0 < free <= total
+    properties = zyx.get_device_properties(0)
+    assert properties.total_memory == total and properties.multi_processor_count >= 1
+    assert properties.name == zyx.get_device_name()
+    assert zyx.get_device_name(0).split(":")[0] in ("cpu", "opencl")
+    assert zyx.is_bf16_supported()
+
+
 @pytest.mark.skipif(not device_guard.native_hooks(), reason="the C++ device guard and hooks are not in use "
                     "(no C++ compiler, or ZYX_NATIVE=0): torch.accelerator's synchronize and memory "
                     "functions need them")

@@ -5,6 +5,9 @@ Registered by ``torch_zyx._register`` through PyTorch's PrivateUse1 Python-backe
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import torch
 import torch.optim.optimizer as _optimizer
 from torch.utils import _foreach_utils
@@ -154,6 +157,63 @@ def reset_peak_memory_stats(device=None) -> None:
     pool.max_reserved = pool.reserved
 
 
+def reset_max_memory_allocated(device=None) -> None:
+    pool = _ctx(device).pool
+    pool.max_allocated = pool.allocated
+
+
+def memory_stats(device=None) -> dict[str, int]:
+    """``torch.cuda.memory_stats``'s aggregate byte counters for zyx's pool (its allocations
+    are what tensors hold; there is no separate request size or split blocks)."""
+    pool = _ctx(device).pool
+    counters = {"allocated_bytes": (pool.allocated, pool.max_allocated),
+                "active_bytes": (pool.allocated, pool.max_allocated),
+                "requested_bytes": (pool.allocated, pool.max_allocated),
+                "reserved_bytes": (pool.reserved, pool.max_reserved)}
+    stats = {}
+    for name, (current, peak) in counters.items():
+        stats[f"{name}.all.current"] = current
+        stats[f"{name}.all.peak"] = peak
+    return dict(sorted(stats.items()))
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of the device's memory, as ``torch.cuda.mem_get_info``: the host's
+    available and physical memory for the CPU backend (zyx's pools are host memory), an
+    OpenCL device's global memory less what zyx's pool holds of it."""
+    ctx = _ctx(device)
+    total = getattr(ctx.runtime, "global_memory", None)
+    if total is None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return page * os.sysconf("SC_AVPHYS_PAGES"), page * os.sysconf("SC_PHYS_PAGES")
+    return max(0, total - ctx.pool.reserved), total
+
+
+def get_device_name(device=None) -> str:
+    return _ctx(device).runtime.describe()
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What ``torch.zyx.get_device_properties`` gives (the fields device-agnostic code reads
+    of ``torch.cuda``'s)."""
+
+    name: str
+    total_memory: int
+    multi_processor_count: int
+
+
+def get_device_properties(device=None) -> DeviceProperties:
+    ctx = _ctx(device)
+    runtime = ctx.runtime
+    units = getattr(runtime, "compute_units", None) or getattr(runtime, "threads", 1)
+    return DeviceProperties(runtime.describe(), mem_get_info(ctx.index)[1], units)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True  # every backend computes bfloat16 (in float32 where it has no bfloat16 arithmetic)
+
+
 def empty_cache() -> None:
     for ctx in devices():
         ctx.pool.empty_cache()
@@ -189,7 +249,14 @@ class ZyxModule:
     memory_allocated = staticmethod(memory_allocated)
     max_memory_allocated = staticmethod(max_memory_allocated)
     memory_reserved = staticmethod(memory_reserved)
+    max_memory_reserved = staticmethod(max_memory_reserved)
     reset_peak_memory_stats = staticmethod(reset_peak_memory_stats)
+    reset_max_memory_allocated = staticmethod(reset_max_memory_allocated)
+    memory_stats = staticmethod(memory_stats)
+    mem_get_info = staticmethod(mem_get_info)
+    get_device_name = staticmethod(get_device_name)
+    get_device_properties = staticmethod(get_device_properties)
+    is_bf16_supported = staticmethod(is_bf16_supported)
     empty_cache = staticmethod(empty_cache)
     _is_in_bad_fork = staticmethod(_is_in_bad_fork)
     get_amp_supported_dtype = staticmethod(get_amp_supported_dtype)

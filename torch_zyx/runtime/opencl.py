@@ -114,6 +114,7 @@ class OpenCLDevice:
         # Plain facts for the executor's lowering options (realize.py chooses from them).
         self.is_gpu = bool(cl_device.type & cl.device_type.GPU)
         self.compute_units = cl_device.max_compute_units
+        self.global_memory = cl_device.global_mem_size
         self.max_group_size = cl_device.max_work_group_size
         self.local_memory = cl_device.local_mem_size
         self.local_size = min(_GPU_LOCAL if self.is_gpu else _CPU_LOCAL, self.max_group_size)
