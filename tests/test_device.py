@@ -361,6 +361,36 @@ def test_torch_zyx_memory_and_device_queries():
     assert zyx.is_bf16_supported()
 
 
+@pytest.mark.skipif(not device_guard.native_hooks(), reason="the C++ device guard is not in use (no C++ "
+                    "compiler, or ZYX_NATIVE=0): PyTorch's Python guard has no events")
+def test_timing_events_and_streams():
+    """torch.zyx.Event(enable_timing=True) as torch.cuda.Event: recording notes when the work
+    before it finished, elapsed_time is the time between two (it raised "Backend doesn't support
+    elapsedTime"); torch.zyx.Stream / current_stream / stream are zyx's one stream."""
+    import time
+
+    zyx = torch.get_device_module("zyx")
+    start, end = zyx.Event(enable_timing=True), zyx.Event(enable_timing=True)
+    x = torch.randn(256, 256, device="zyx")
+    start.record()
+    y = (x * 2).relu().sum()
+    time.sleep(0.05)
+    end.record()
+    end.synchronize()
+    assert not torch_zyx.pending.is_lazy(y._storage._value)  # (realized by the record)
+    assert 45.0 <= start.elapsed_time(end) <= 5000.0
+    plain = zyx.Event()
+    plain.record()
+    assert plain.query()
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        start.elapsed_time(plain)
+    stream = zyx.Stream()
+    assert stream == zyx.current_stream() == zyx.default_stream() and stream.device.type == "zyx"
+    with zyx.stream(stream):
+        z = x + 1
+    assert_close(z, x.cpu() + 1)
+
+
 @pytest.mark.skipif(not device_guard.native_hooks(), reason="the C++ device guard and hooks are not in use "
                     "(no C++ compiler, or ZYX_NATIVE=0): torch.accelerator's synchronize and memory "
                     "functions need them")

@@ -12,10 +12,14 @@
 // event (torch.accelerator.synchronize(), torch.Stream/torch.Event.synchronize()) is an
 // explicit call from a program: it runs torch.zyx.synchronize() through a callback that
 // device_guard.py sets, as waiting for the stream waits for everything recorded before it.
+// A timing event (enable_timing=True) is recorded the same way: it notes when everything
+// recorded before it had finished, so elapsed_time between two is the device's time between
+// them, as CUDA's (the recording thread waits for that work, where CUDA's would not).
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <string>
 
 namespace {
@@ -46,6 +50,11 @@ Device zyx_device() { return Device(kZyx, 0); }
 
 Stream default_stream() { return Stream(Stream::DEFAULT, zyx_device()); }
 
+// What a timing event holds: when the work recorded before it had finished.
+struct TimedEvent {
+  std::chrono::steady_clock::time_point done;
+};
+
 struct ZyxGuard final : public c10::impl::DeviceGuardImplInterface {
   DeviceType type() const override { return kZyx; }
   Device exchangeDevice(Device) const override { return zyx_device(); }
@@ -56,10 +65,30 @@ struct ZyxGuard final : public c10::impl::DeviceGuardImplInterface {
   Stream getNewStream(Device, int) const override { return default_stream(); }
   Stream exchangeStream(Stream) const noexcept override { return default_stream(); }
   DeviceIndex deviceCount() const noexcept override { return 1; }
-  void record(void**, const Stream&, const DeviceIndex, const c10::EventFlag) const override {}
+  void record(void** event, const Stream&, const DeviceIndex, const c10::EventFlag flag) const override {
+    if (flag != c10::EventFlag::BACKEND_DEFAULT) {
+      return;  // no timing: nothing to note
+    }
+    synchronize_all();
+    auto* timed = static_cast<TimedEvent*>(*event);
+    if (timed == nullptr) {
+      timed = new TimedEvent();
+      *event = timed;
+    }
+    timed->done = std::chrono::steady_clock::now();
+  }
   void block(void*, const Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const DeviceIndex) const noexcept override {}
+  void destroyEvent(void* event, const DeviceIndex) const noexcept override {
+    delete static_cast<TimedEvent*>(event);
+  }
+  double elapsedTime(void* first, void* second, const DeviceIndex) const override {
+    TORCH_CHECK(first != nullptr && second != nullptr,
+                "Both events must be recorded before calculating elapsed time.");
+    auto start = static_cast<TimedEvent*>(first)->done;
+    auto end = static_cast<TimedEvent*>(second)->done;
+    return std::chrono::duration<double, std::milli>(end - start).count();
+  }
   bool queryStream(const Stream&) const override { return true; }
   void synchronizeStream(const Stream&) const override { synchronize_all(); }
   void synchronizeEvent(void*) const override { synchronize_all(); }

@@ -5,6 +5,7 @@ Registered by ``torch_zyx._register`` through PyTorch's PrivateUse1 Python-backe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -210,6 +211,34 @@ def get_device_properties(device=None) -> DeviceProperties:
     return DeviceProperties(runtime.describe(), mem_get_info(ctx.index)[1], units)
 
 
+# torch.zyx.Stream / torch.zyx.Event make PyTorch's own torch.Stream / torch.Event on zyx (not
+# subclasses: torch.Event.elapsed_time refuses an event of a subclass).
+class Stream:
+    """``torch.zyx.Stream()``: zyx's one stream, a ``torch.Stream(device="zyx")``."""
+
+    def __new__(cls, device=None, priority: int = 0) -> torch.Stream:
+        return torch.Stream(device=torch.device("zyx", _ctx(device).index), priority=priority)
+
+
+class Event:
+    """``torch.zyx.Event(enable_timing=True)``, as ``torch.cuda.Event``, a ``torch.Event`` on
+    zyx: with timing, recording it notes when the work recorded before it finished (the C++
+    device guard), and ``elapsed_time`` gives the milliseconds between two."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return torch.Event(device="zyx", enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
+
+
+def current_stream(device=None) -> torch.Stream:
+    return torch.accelerator.current_stream(_ctx(device).index)
+
+
+def stream(stream):
+    """``with torch.zyx.stream(s):`` as ``torch.cuda.stream`` (zyx has one stream)."""
+    return stream if stream is not None else contextlib.nullcontext()
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True  # every backend computes bfloat16 (in float32 where it has no bfloat16 arithmetic)
 
@@ -257,6 +286,11 @@ class ZyxModule:
     get_device_name = staticmethod(get_device_name)
     get_device_properties = staticmethod(get_device_properties)
     is_bf16_supported = staticmethod(is_bf16_supported)
+    Stream = Stream
+    Event = Event
+    current_stream = staticmethod(current_stream)
+    default_stream = staticmethod(current_stream)
+    stream = staticmethod(stream)
     empty_cache = staticmethod(empty_cache)
     _is_in_bad_fork = staticmethod(_is_in_bad_fork)
     get_amp_supported_dtype = staticmethod(get_amp_supported_dtype)
