@@ -1,10 +1,11 @@
 """CPU runtime: LLVM IR text → machine code with llvmlite (host CPU, O3), called by address.
 
 A program is ``void kernel(ptr* buffers, i64* params, i64 start, i64 end)`` that runs outer
-iterations [start, end), plus a parallel entry that takes chunks of the outer range off an
-atomic counter. ``launch`` runs the parallel entry on the device's thread team (cpu_team.py);
-the calls (cpu_calls.py) release the GIL, so other Python threads keep recording. Compiled
-objects are cached on disk under ``$XDG_CACHE_HOME/zyx/llvm`` keyed by source hash.
+iterations [start, end), plus a parallel entry that takes chunks of the outer range off atomic
+counters, starting with the block of chunks of the CPU it runs on (``_PARALLEL_ENTRY``).
+``launch`` runs the parallel entry on the device's thread team (cpu_team.py); the calls
+(cpu_calls.py) release the GIL, so other Python threads keep recording. Compiled objects are
+cached on disk under ``$XDG_CACHE_HOME/zyx/llvm`` keyed by source hash.
 """
 
 from __future__ import annotations
