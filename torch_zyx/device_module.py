@@ -152,15 +152,15 @@ def max_memory_reserved(device=None) -> int:
     return _ctx(device).pool.max_reserved
 
 
-def reset_peak_memory_stats(device=None) -> None:
-    pool = _ctx(device).pool
-    pool.max_allocated = pool.allocated
-    pool.max_reserved = pool.reserved
-
-
 def reset_max_memory_allocated(device=None) -> None:
     pool = _ctx(device).pool
     pool.max_allocated = pool.allocated
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    reset_max_memory_allocated(device)
+    pool = _ctx(device).pool
+    pool.max_reserved = pool.reserved
 
 
 def memory_stats(device=None) -> dict[str, int]:

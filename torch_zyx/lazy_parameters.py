@@ -62,6 +62,14 @@ def _placeholder_new(original):
     return __new__
 
 
+def _carry_state(placeholder, new) -> None:
+    """Give ``new`` the Python attributes of ``placeholder`` it lacks (a buffer's ``persistent``:
+    what PyTorch keeps by keeping the object), but the zyx device, which ``new`` has its own of."""
+    for key, value in placeholder.__dict__.items():
+        if key != _ZYX_DEVICE:
+            new.__dict__.setdefault(key, value)
+
+
 def _device(self) -> torch.device:
     zyx = self.__dict__.get(_ZYX_DEVICE)
     return zyx if zyx is not None else _TENSOR_DEVICE.__get__(self)
@@ -81,10 +89,7 @@ def _materialize(self, shape, device=None, dtype=None) -> None:
         new = Parameter(new, requires_grad)
     else:
         new.requires_grad_(requires_grad)
-    # What PyTorch's materialize keeps by keeping the object (a buffer's ``persistent``).
-    for key, value in self.__dict__.items():
-        if key != _ZYX_DEVICE:
-            new.__dict__.setdefault(key, value)
+    _carry_state(self, new)
     torch.utils.swap_tensors(self, new)
 
 
@@ -112,9 +117,7 @@ def convert(placeholder, fn):
     if source.type != "zyx" and probe.device.type != "zyx":
         return fn(placeholder)
     new = type(placeholder)(requires_grad, device=probe.device, dtype=probe.dtype)
-    for key, value in placeholder.__dict__.items():
-        if key != _ZYX_DEVICE:
-            new.__dict__.setdefault(key, value)
+    _carry_state(placeholder, new)
     if probe.device.type == "zyx":
         placeholder.__dict__[_ZYX_DEVICE] = probe.device
     else:

@@ -116,9 +116,8 @@ def zero_(x):
 
 
 def _plain(src):
-    """``src`` as a plain tensor when it is a CPU tensor subclass: a lazy module's
-    ``UninitializedParameter`` refuses ``.shape`` and most methods (moving the module to a
-    device copies its zero-element placeholder)."""
+    """``src`` as a plain tensor when it is a CPU tensor subclass: some override what a copy
+    reads (an ``UninitializedParameter`` moved with ``.to("zyx")`` raises at ``.shape``)."""
     if isinstance(src, ZyxTensor) or type(src) is torch.Tensor or not isinstance(src, torch.Tensor):
         return src
     with torch._C.DisableTorchFunctionSubclass():
