@@ -245,6 +245,16 @@ def test_large_outputs(dev, monkeypatch):
         # the weight and bias, read again for every row, do not: one streamed slot.
         assert len(sources) == 1 and "zyx-stream-stores" in sources[0]
         assert re.search(r'"zyx-prefetch"="\d+:512:0"', sources[0])
+        # Rows of whole 64-byte lines: every vector store of the kernel is aligned and streams
+        # (a buffer's address is loaded once at the kernel's entry, where its alignment stays
+        # known; loaded in the row loop, the optimizer lost it and no store streamed).
+        lines = torch.randn(512, 1024)
+        got, sources = _launched(monkeypatch, lambda: torch.nn.functional.layer_norm(lines.to(dev), (1024,)))
+        assert_close(got, torch.nn.functional.layer_norm(lines, (1024,)), rtol=1e-4, atol=1e-4)
+        name = re.search(r"define void @(\w+)\(", sources[-1]).group(1)
+        optimized = realize.devices()[dev.index].runtime.optimized_ir(name, sources[-1])
+        stores = re.findall(r"store <\d+ x float>.*", optimized)
+        assert stores and all("!nontemporal" in store for store in stores)
         # softmax keeps its rows in cache (three passes over each) and reads the next row as it
         # stores this one (pipelined): no software prefetch.
         soft = torch.randn(600, 1031).to(dev)

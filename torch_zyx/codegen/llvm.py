@@ -145,6 +145,7 @@ class LLVMRenderer:
         self.vector_bits = vector_bits
         self.lines: list[str] = []
         self.allocas: list[str] = []
+        self.buffer_pointers: dict[int, str] = {}  # buffer slot -> its address (entry block)
         self.declares: set[str] = set()
         self.values: dict[int, str] = {}
         # The chunk's bounds are variables too (a pipelined row kernel's first and last rows).
@@ -161,6 +162,20 @@ class LLVMRenderer:
     def emit(self, text: str, prefix: str = "v") -> str:
         name = self.fresh(prefix)
         self.lines.append(f"  {name} = {text}")
+        return name
+
+    def buffer_pointer(self, slot: int) -> str:
+        """The address of buffer ``slot``, loaded once in the entry block. Every CPU buffer is
+        64-byte aligned (memory/host.py): with that known, LLVM marks the vector accesses of
+        contiguous loops aligned, which streaming stores need (runtime/cpu.py). A load inside a
+        loop (where the BUF instruction sits) was hoisted by GVN, which drops ``!align``: a layer
+        norm's row stores stayed ``align 4`` and never streamed."""
+        name = self.buffer_pointers.get(slot)
+        if name is None:
+            slot_ptr, name = self.fresh("p"), self.fresh("b")
+            self.allocas.append(f"  {slot_ptr} = getelementptr ptr, ptr %bufs, i64 {slot}")
+            self.allocas.append(f"  {name} = load ptr, ptr {slot_ptr}, !invariant.load !0, !align !6")
+            self.buffer_pointers[slot] = name
         return name
 
     def rtype(self, dtype: DType) -> str:
@@ -414,11 +429,7 @@ class LLVMRenderer:
     def render_instr(self, i: int, ins: Instr, instrs: list[Instr]) -> None:
         op = ins.op
         if op == "BUF":
-            slot_ptr = self.emit(f"getelementptr ptr, ptr %bufs, i64 {ins.arg}", "p")
-            # Every CPU buffer is 64-byte aligned (memory/host.py): with that known, LLVM
-            # marks the vector accesses of contiguous loops aligned, which streaming stores
-            # need (runtime/cpu.py).
-            self.values[i] = self.emit(f"load ptr, ptr {slot_ptr}, !invariant.load !0, !align !6", "b")
+            self.values[i] = self.buffer_pointer(ins.arg)
         elif op == "PARAM":
             ptr = self.emit(f"getelementptr i64, ptr %params, i64 {ins.arg}", "p")
             self.values[i] = self.emit(f"load i64, ptr {ptr}", "q")

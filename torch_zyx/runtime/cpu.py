@@ -332,27 +332,45 @@ class CPUDevice:
         rewritten.triple = self.triple
         return rewritten
 
+    def _module_source(self, name: str, source: str) -> str:
+        """The module's IR: the kernel plus its parallel entry."""
+        return source + _PARALLEL_ENTRY.format(name=name, suffix=_PARALLEL_SUFFIX,
+                                               counter_words=COUNTER_WORDS, **self._cpu_number)
+
+    def _parse(self, name: str, kernel_source: str, source: str):
+        try:
+            module = llvm.parse_assembly(source)
+            module.verify()
+        except RuntimeError as exc:
+            raise CompileError(name, kernel_source, str(exc),
+                               "save the source to k.ll and run `llc -O3 k.ll`") from None
+        module.triple = self.triple
+        return module
+
+    def _optimized(self, module, source: str):
+        self._optimize(module)
+        if self.triple.startswith("x86_64"):
+            module = self._after_optimization(module, source)
+        return module
+
+    def optimized_ir(self, name: str, source: str) -> str:
+        """The optimized LLVM IR ``compile`` turns into machine code for kernel ``name`` (what
+        the optimizer and the runtime's rewrites made of the renderer's ``source``)."""
+        full = self._module_source(name, source)
+        with self._lock:
+            return str(self._optimized(self._parse(name, source, full), full))
+
     def compile(self, name: str, source: str) -> CPUProgram:
-        # The module is the kernel plus its parallel entry; errors and the program carry the
-        # kernel's own source (what the renderer wrote).
+        # Errors and the program carry the kernel's own source (what the renderer wrote).
         kernel_source = source
-        source = source + _PARALLEL_ENTRY.format(name=name, suffix=_PARALLEL_SUFFIX,
-                                                 counter_words=COUNTER_WORDS, **self._cpu_number)
+        source = self._module_source(name, source)
         digest = hashlib.sha256((self.triple + llvm.get_host_cpu_name() + source).encode()).hexdigest()[:32]
         cached_object = self._cache_dir / f"{digest}.o"
         with self._lock:
-            try:
-                module = llvm.parse_assembly(source)
-                module.verify()
-            except RuntimeError as exc:
-                raise CompileError(name, kernel_source, str(exc),
-                                   "save the source to k.ll and run `llc -O3 k.ll`") from None
-            module.triple = self.triple
+            module = self._parse(name, kernel_source, source)
             cached = cached_object.read_bytes() if CONFIG.disk_cache and cached_object.exists() else None
             if cached is None:
-                self._optimize(module)
-                if self.triple.startswith("x86_64"):
-                    module = self._after_optimization(module, source)
+                module = self._optimized(module, source)
                 if CONFIG.debug & DEBUG_COMPILE:
                     print(f"zyx compile {name}: {len(source)} chars of LLVM IR")
             engine = llvm.create_mcjit_compiler(module, self.new_target_machine())
