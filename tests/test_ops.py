@@ -8,6 +8,7 @@ mutated inputs). Ops that must be native also assert no CPU fallback happened.
 import pytest
 import torch
 from conftest import ALL, FLOATS, INTS, check, compare, make
+from torch.testing import assert_close
 
 import torch_zyx
 
@@ -460,6 +461,71 @@ def test_nn_functional():
     check(lambda a, y: F.nll_loss(F.log_softmax(a, 1), y), x, labels)
     check(lambda a, y: F.nll_loss(a, y, reduction="none"), x, labels)
     check(lambda a, y: F.nll_loss(a, y, ignore_index=2), x, labels)
+
+
+def test_layer_norm_records_native_layer_norm_only_when_needed(monkeypatch):
+    # F.layer_norm with no gradient to record is the normalized tensor alone; a gradient, a
+    # forward-mode tangent or a dispatch mode takes native_layer_norm (its three results) as
+    # ATen's composite form does. Each way against CPU torch.
+    import torch.autograd.forward_ad as fwAD
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torch_zyx.ops import registry
+
+    name = torch.ops.aten.native_layer_norm.default._name
+    native = registry.LOWERINGS.by_name[name]
+    calls = []
+    monkeypatch.setitem(registry.LOWERINGS.by_name, name, lambda *args: calls.append(1) or native(*args))
+    x, t = make((4, 6), torch.float32), make((4, 6), torch.float32, seed=1)
+    w, b = make((6,), torch.float32, seed=2), make((6,), torch.float32, seed=3)
+    xz, tz, wz, bz = (v.to("zyx") for v in (x, t, w, b))
+    expected = F.layer_norm(x, (6,), w, b)
+    with torch.no_grad():
+        got = F.layer_norm(xz, (6,), wz, bz)
+    assert_close(got.cpu(), expected)
+    assert_close(F.layer_norm(xz, (6,)).cpu(), F.layer_norm(x, (6,)))
+    assert not calls
+    # (Inference mode skips every autograd key: the composite form runs below them.)
+    with torch.inference_mode():
+        inferred = F.layer_norm(xz, (6,), wz, bz)
+    assert inferred.is_inference() and len(calls) == 1
+    assert_close(inferred.cpu(), expected)
+
+    wg = wz.clone().requires_grad_()
+    got = F.layer_norm(xz, (6,), wg, bz)
+    assert type(got.grad_fn).__name__ == "NativeLayerNormBackward0" and len(calls) == 2
+    got.sum().backward()
+    w_cpu = w.clone().requires_grad_()
+    F.layer_norm(x, (6,), w_cpu, b).sum().backward()
+    assert_close(wg.grad.cpu(), w_cpu.grad, rtol=1e-5, atol=1e-5)
+
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(F.layer_norm(fwAD.make_dual(xz, tz), (6,), wz, bz)).tangent
+    with fwAD.dual_level():
+        expected_tangent = fwAD.unpack_dual(F.layer_norm(fwAD.make_dual(x, t), (6,), w, b)).tangent
+    assert_close(tangent.cpu(), expected_tangent, rtol=1e-5, atol=1e-5)
+    assert len(calls) == 3
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    seen = []
+    with torch.no_grad(), Seen():
+        got = F.layer_norm(xz, (6,), wz, bz)
+    assert seen == [torch.ops.aten.native_layer_norm.default] and len(calls) == 4
+    assert_close(got.cpu(), expected)
+    # Operands on another device, or integers: CPU torch's errors.
+    for args in ((xz, (6,), w, b), (x, (6,), wz, bz), (x.long().to("zyx"), (6,))):
+        with torch.no_grad(), pytest.raises((RuntimeError, NotImplementedError)) as error:
+            F.layer_norm(*args)
+        cpu_args = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
+        if cpu_args[0].dtype == torch.int64:
+            with pytest.raises(NotImplementedError, match=str(error.value).replace('"', '.')):
+                F.layer_norm(*cpu_args)
+        else:
+            assert "Expected all tensors to be on the same device" in str(error.value)
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])

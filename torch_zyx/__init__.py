@@ -36,7 +36,7 @@ def _register() -> None:
 
     # (dispatch registers the lowerings)
     from . import autocast, device_guard, device_module, dispatch, module_conversion, storage
-    from .ops import ctc, factory
+    from .ops import ctc, factory, layer_norm
 
     # Before the set-up below, which registers PyTorch's Python guard unless one exists.
     device_guard.install()
@@ -66,6 +66,8 @@ def _register() -> None:
     # zyx losses by the (usually CPU) target lengths; the lengths as lists take the path CPU
     # and CUDA tensors take (ops/ctc.py).
     lib.impl("ctc_loss.Tensor", ctc.ctc_loss_tensor_lengths, "AutogradPrivateUse1")
+    # layer_norm without a gradient to record: the normalized tensor alone (ops/layer_norm.py).
+    lib.impl("layer_norm", layer_norm.layer_norm, "AutogradPrivateUse1")
     _LIBRARIES.append(lib)
     # What reaches the zyx backend without a kernel of its own (a CPU op given a zyx generator).
     fallback = torch.library.Library("_", "IMPL")

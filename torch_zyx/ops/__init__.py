@@ -15,6 +15,7 @@ from . import (  # noqa: F401  (registration)
     foreach,
     grid_sample,
     index,
+    layer_norm,
     linalg,
     linalg_ldl,
     linalg_spectral,

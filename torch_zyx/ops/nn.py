@@ -1,6 +1,6 @@
-"""Neural-network lowerings: softmax/log_softmax (+ backward, safe softmax), layer norm (+ backward),
-mse loss, nll loss (+ backward), the embedding's backward and embedding bag. Each stays within a
-few kernels: reductions store, elementwise work fuses around them.
+"""Neural-network lowerings: softmax/log_softmax (+ backward, safe softmax), mse loss, nll loss
+(+ backward), the embedding's backward and embedding bag (layer norm: layer_norm.py). Each stays
+within a few kernels: reductions store, elementwise work fuses around them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ..checks import check_index
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..pending import unsupported
-from ..tensor import meta, read, wrap, zdtype
+from ..tensor import read, wrap, zdtype
 from .elementwise import finite
 from .registry import aten, dtype_name, register
 
@@ -107,139 +107,6 @@ def log_softmax_backward(grad, out, dim, input_dtype):
     s = g.reduce("sum", gn, (dim,))
     res = g.binary("sub", gn, g.binary("mul", g.unary("exp", on), _bcast(s, on.shape)))
     return wrap(g.cast(res, zdtype(input_dtype)), grad._storage.device)
-
-
-def _check_layer_norm(shape: tuple, normalized_shape: list, weight, bias) -> None:
-    """ATen's argument checks of layer_norm, with its messages."""
-    normalized = tuple(normalized_shape)
-    if (normalized and shape[len(shape) - len(normalized):] == normalized
-            and (weight is None or meta(weight)[0] == normalized)
-            and (bias is None or meta(bias)[0] == normalized)):
-        return  # (every call: the messages below are only built for a mistake)
-    normalized = list(normalized)
-    if not normalized:
-        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
-                           "least one element, but got normalized_shape = []")
-    for name, tensor in (("weight", weight), ("bias", bias)):
-        if tensor is not None and list(tensor.shape) != normalized:
-            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} "
-                               f"of shape {list(tensor.shape)} and normalized_shape = {normalized}")
-    if len(shape) < len(normalized) or list(shape[len(shape) - len(normalized):]) != normalized:
-        raise RuntimeError(f"Given normalized_shape={normalized}, expected input with shape "
-                           f"[*, {', '.join(map(str, normalized))}], but got input of size{list(shape)}")
-
-
-class _NormShapes:
-    """What layer norm derives from an input shape and a normalized shape (``_norm_shapes``)."""
-
-    __slots__ = ("count", "dims", "first_bounds", "param_shape", "stat_shape")
-
-    def __init__(self, shape: tuple, normalized_shape: tuple):
-        axis = len(shape) - len(normalized_shape)
-        self.dims = tuple(range(axis, len(shape)))
-        self.count = math.prod(normalized_shape)
-        self.stat_shape = shape[:axis] + (1,) * len(normalized_shape)
-        # Each block's first element (the shift of the one-pass variance).
-        self.first_bounds = tuple((0, size) for size in shape[:axis]) + ((0, 1),) * len(normalized_shape)
-        self.param_shape = (1,) * axis + normalized_shape
-
-
-# (input shape, normalized shape) -> _NormShapes: recording a layer norm again (every step of
-# a model) derives nothing again.
-_norm_shapes: dict[tuple, _NormShapes] = {}
-
-
-def _shapes_of(shape: tuple, normalized_shape) -> _NormShapes:
-    key = (shape, tuple(normalized_shape))
-    shapes = _norm_shapes.get(key)
-    if shapes is None:
-        if len(_norm_shapes) >= 256:
-            _norm_shapes.clear()
-        shapes = _norm_shapes[key] = _NormShapes(*key)
-    return shapes
-
-
-@register(aten.native_layer_norm.default)
-def native_layer_norm(x, normalized_shape, weight, bias, eps):
-    node = read(x)
-    _check_layer_norm(node.shape, normalized_shape, weight, bias)
-    dtype = node.dtype
-    node = g.cast(node, _acc_dtype(dtype))
-    shapes = _shapes_of(node.shape, normalized_shape)
-    dims, count, stat_shape = shapes.dims, shapes.count, shapes.stat_shape
-    if node.numel == 0:
-        nan = g.const(float("nan"), dtype, stat_shape)
-        return (wrap(g.cast(node, dtype), x._storage.device), wrap(nan, x._storage.device),
-                wrap(nan, x._storage.device))
-    # One pass over x (mean and variance reduce together, one kernel): sums of x shifted by
-    # the block's first element, which keeps E[d^2] - E[d]^2 free of cancellation when the
-    # mean is large compared to the spread.
-    shape = node.shape
-    first = g.shrink(node, shapes.first_bounds)
-    shifted = g.binary("sub", node, g.expand(first, shape))
-    inv_count = g.const(1.0 / count, node.dtype, stat_shape)
-    shifted_mean = g.binary("mul", g.reduce("sum", shifted, dims), inv_count)
-    square_mean = g.binary("mul", g.reduce("sum", g.binary("mul", shifted, shifted), dims), inv_count)
-    mean = g.binary("add", first, shifted_mean)
-    var = g.binary("max", g.binary("sub", square_mean, g.binary("mul", shifted_mean, shifted_mean)),
-                   g.const(0.0, node.dtype, stat_shape))
-    diff = g.binary("sub", node, g.expand(mean, shape))
-    rstd = g.unary("recip", g.unary("sqrt", g.binary("add", var, g.const(eps, node.dtype, stat_shape))))
-    out = g.binary("mul", diff, g.expand(rstd, shape))
-    if weight is not None:
-        w = g.expand(g.reshape(g.cast(read(weight), node.dtype), shapes.param_shape), shape)
-        out = g.binary("mul", out, w)
-    if bias is not None:
-        b = g.expand(g.reshape(g.cast(read(bias), node.dtype), shapes.param_shape), shape)
-        out = g.binary("add", out, b)
-    dev = x._storage.device
-    stat_dtype = dtype  # ATen saves mean/rstd in the input's dtype (half inputs too)
-    return (wrap(g.cast(out, dtype), dev), wrap(g.cast(mean, stat_dtype), dev),
-            wrap(g.cast(rstd, stat_dtype), dev))
-
-
-@register(aten.native_layer_norm_backward.default)
-def native_layer_norm_backward(grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-    """The three gradients of layer norm, as PyTorch's decomposition computes them (in the
-    accumulation dtype, each cast to its tensor's dtype; None where ``output_mask`` says so or
-    there is no weight/bias) but recorded as one op: the decomposition dispatches ~25 ops,
-    ~0.7 ms of recording per call (two per transformer layer)."""
-    node = read(x)
-    dtype = node.dtype
-    if not dtype.is_float:
-        raise NotImplementedError  # (the decomposition's error)
-    acc = _acc_dtype(dtype)
-    shape = node.shape
-    shapes = _shapes_of(shape, normalized_shape)
-    dims, count, stat_shape = shapes.dims, shapes.count, shapes.stat_shape
-    device = x._storage.device
-    if node.numel == 0 or count == 0:
-        raise NotImplementedError  # (zeros of each shape: the decomposition's)
-    batch_dims = tuple(range(len(shape) - len(normalized_shape)))
-    go = g.cast(read(grad_out), acc)
-    mean_n = _bcast(g.reshape(g.cast(read(mean), acc), stat_shape), shape)
-    rstd_n = g.reshape(g.cast(read(rstd), acc), stat_shape)
-    x_hat = g.binary("mul", g.binary("sub", g.cast(node, acc), mean_n), _bcast(rstd_n, shape))
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        grad_x_hat = go
-        if weight is not None:
-            w = _bcast(g.reshape(g.cast(read(weight), acc), shapes.param_shape), shape)
-            grad_x_hat = g.binary("mul", go, w)
-        a = g.binary("mul", grad_x_hat, g.const(float(count), acc, shape))
-        b = _bcast(g.reduce("sum", grad_x_hat, dims), shape)
-        c = g.binary("mul", x_hat, _bcast(g.reduce("sum", g.binary("mul", grad_x_hat, x_hat), dims), shape))
-        inner = g.binary("sub", g.binary("sub", a, b), c)
-        scale = g.binary("div", rstd_n, g.const(float(count), acc, stat_shape))
-        grad_input = wrap(g.cast(g.binary("mul", _bcast(scale, shape), inner), dtype), device)
-    if output_mask[1] and weight is not None:
-        product = g.binary("mul", go, x_hat)
-        summed = g.reduce("sum", product, batch_dims) if batch_dims else product
-        grad_weight = wrap(g.cast(g.reshape(summed, tuple(normalized_shape)), zdtype(weight.dtype)), device)
-    if output_mask[2] and bias is not None:
-        summed = g.reduce("sum", go, batch_dims) if batch_dims else go
-        grad_bias = wrap(g.cast(g.reshape(summed, tuple(normalized_shape)), zdtype(bias.dtype)), device)
-    return grad_input, grad_weight, grad_bias
 
 
 @register(aten.mse_loss.default)
