@@ -236,6 +236,36 @@ def test_save_load_roundtrip():
     torch.testing.assert_close(on_cpu["t"], t.cpu())
 
 
+@pytest.mark.parametrize("map_location", [None, "cpu"])
+def test_save_keeps_views_of_one_storage_shared(map_location):
+    """zyx tensors saved as views of one storage are written as one storage and load (on zyx, or
+    on the CPU) as views of one storage, as CPU tensors do: same strides and offsets, and a write
+    through one loaded view shows in the others."""
+
+    def save_load(device):
+        base = torch.arange(12.0, device=device)
+        saved = {"base": base, "rows": base[2:8].view(2, 3), "t": base.view(3, 4).t(),
+                 "odd": base[1::3], "other": torch.ones(2, device=device)}
+        buf = io.BytesIO()
+        torch.save(saved, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, map_location=map_location)
+        loaded["base"][3] = 100.0
+        loaded["t"][0, 2] = -1.0
+        return buf.getbuffer().nbytes, loaded
+
+    from torch_zyx import tensor
+
+    zyx_bytes, zyx = save_load("zyx")
+    cpu_bytes, cpu = save_load("cpu")
+    assert abs(zyx_bytes - cpu_bytes) < 200  # one storage written, not one per view
+    for key, value in cpu.items():
+        assert zyx[key].device.type == (map_location or "zyx"), key
+        assert zyx[key].stride() == value.stride() and zyx[key].storage_offset() == value.storage_offset()
+        torch.testing.assert_close(zyx[key].cpu(), value)
+    assert not tensor._saved and not tensor._loaded  # nothing kept after the save and the load
+
+
 @pytest.mark.parametrize("location", ["zyx", "zyx:0", "device", "dict", "function"])
 def test_load_cpu_checkpoint_to_zyx(location):
     """torch.load(map_location=...) of a CPU checkpoint gives zyx tensors, views with their

@@ -10,7 +10,9 @@ replaces the value by "old value with this view's region overwritten".
 from __future__ import annotations
 
 import copy
+import functools
 import math
+import weakref
 
 import torch
 
@@ -59,7 +61,8 @@ class Storage:
     no RESHAPE node per op.
     """
 
-    __slots__ = ("_shaped", "_value", "device", "dtype", "numel")
+    # (``__weakref__``: torch.save keeps a weak reference to the storages it saves, _saved_view)
+    __slots__ = ("__weakref__", "_shaped", "_value", "device", "dtype", "numel")
 
     def __init__(self, value: Node | None, device, shaped: Node | None = None):
         if shaped is None:
@@ -199,10 +202,10 @@ class ZyxTensor(torch.Tensor):
         self._zmeta = None  # the metadata was copied from ``new``: read it again when needed
 
     def __reduce_ex__(self, proto):
-        # The wrapper's own storage is a placeholder, so pickling saves a CPU copy of the
-        # values (a plain tensor torch.save knows) and rebuilds it on zyx when loaded.
+        # The wrapper's own storage is a placeholder, so pickling saves a CPU tensor with the
+        # storage's values (a plain tensor torch.save knows) and rebuilds it on zyx when loaded.
         state = {k: v for k, v in self.__dict__.items() if k not in _NOT_STATE}
-        return (_rebuild_zyx, (to_cpu(self), self.device.index or 0, self.requires_grad, state))
+        return (_rebuild_zyx, (_saved_view(self), self.device.index or 0, self.requires_grad, state))
 
     def __deepcopy__(self, memo):
         # torch's own deepcopy would copy ``__dict__`` and with it the Storage's lazy nodes
@@ -268,10 +271,81 @@ def _target_of(origin: str):
     return str(location)
 
 
+# Views of one storage are saved as views of one CPU storage and loaded as views of one zyx
+# storage, as CPU tensors are (torch.save writes a storage once; a write through one loaded view
+# shows in the others). Within one save, a zyx storage's CPU copy is found again here, and
+# within one load, a CPU storage's zyx copy: id -> (weak reference to the storage, weak
+# reference to the first tensor made from it). The save's CPU tensors live as long as its
+# pickler (which holds what it pickled), a load's CPU storages as long as the load: then the
+# entries go (a weak reference's callback), and no later save or load finds them.
+_saved: dict[int, tuple] = {}
+_loaded: dict[int, tuple] = {}
+
+
+def _forget(table: dict, key: int, reference) -> None:
+    entry = table.get(key)
+    if entry is not None and any(ref is reference for ref in entry):
+        del table[key]
+
+
+def _entry(table: dict, source):
+    """The tensor ``table`` remembers for ``source`` (None if none or it died)."""
+    entry = table.get(id(source))
+    if entry is None or entry[0]() is not source:
+        return None
+    return entry[1]()
+
+
+def _remember(table: dict, source, made: torch.Tensor, dying) -> None:
+    """Remember ``made`` for ``source`` until ``dying`` (``source`` or ``made``) dies."""
+    key = id(source)
+    forget = functools.partial(_forget, table, key)
+    if dying is source:
+        table[key] = (weakref.ref(source, forget), weakref.ref(made))
+    else:
+        table[key] = (weakref.ref(source), weakref.ref(made, forget))
+
+
+def _cpu_view(storage: torch.UntypedStorage, t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor over ``storage`` with ``t``'s dtype, shape, strides and offset."""
+    return torch.empty(0, dtype=t.dtype).set_(storage, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+
+
+def _saved_view(t: ZyxTensor) -> torch.Tensor:
+    """What torch.save writes for ``t``: a view of the CPU copy of its whole storage, the same
+    copy for every tensor of that storage in one save."""
+    storage = t._storage
+    first = _entry(_saved, storage)
+    if first is not None:
+        return _cpu_view(first.untyped_storage(), t)
+    view = _cpu_view(storage_to_cpu(storage).untyped_storage(), t)
+    _remember(_saved, storage, view, dying=view)
+    return view
+
+
+def _rebuild_on_zyx(cpu: torch.Tensor, target: torch.device) -> ZyxTensor:
+    """``cpu`` on zyx device ``target``, sharing one zyx storage with the tensors rebuilt from
+    the same CPU storage in this load."""
+    storage = cpu.untyped_storage()
+    first = _entry(_loaded, storage)
+    if first is not None and first.device == target and first.dtype == cpu.dtype:
+        zyx_storage = first._storage
+    else:
+        first = None
+        count = storage.nbytes() // cpu.element_size()
+        whole = torch.empty(0, dtype=cpu.dtype).set_(storage, 0, (count,), (1,))
+        zyx_storage = whole.to(target)._storage
+    out = torch.empty(0, dtype=cpu.dtype, device=target)
+    restride(out, zyx_storage, tuple(cpu.shape), tuple(cpu.stride()), cpu.storage_offset())
+    if first is None:
+        _remember(_loaded, storage, out, dying=storage)
+    return out
+
+
 def _rebuild_zyx(cpu: torch.Tensor, index: int, requires_grad: bool, state: dict):
     """Inverse of ``ZyxTensor.__reduce_ex__`` (registered as a safe global for weights_only)."""
     target = torch.device(_target_of(f"zyx:{index}"))
-    out = cpu.to(target)
+    out = _rebuild_on_zyx(cpu, target) if target.type == "zyx" else cpu.to(target)
     if requires_grad:
         out.requires_grad_(True)
     if state and isinstance(out, ZyxTensor):
@@ -427,16 +501,22 @@ def write(t: ZyxTensor, node: Node) -> None:
         realize_all()
 
 
-def to_cpu(t: ZyxTensor) -> torch.Tensor:
-    """A CPU copy of ``t`` (realizes its storage)."""
+def storage_to_cpu(storage: Storage) -> torch.Tensor:
+    """A CPU copy of ``storage``'s whole contents, flat in its dtype (realizes it)."""
     if deferred_errors:
         raise_deferred()
-    storage = t._storage
     buffer = storage.realize()
     device = storage.device
     flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])
     if storage.numel:
         device.pool.pool_to_host(buffer.raw, flat.data_ptr(), buffer.nbytes, device.events.take([buffer.id]))
+    return flat
+
+
+def to_cpu(t: ZyxTensor) -> torch.Tensor:
+    """A CPU copy of ``t`` (realizes its storage)."""
+    storage = t._storage
+    flat = storage_to_cpu(storage)
     if t.storage_offset() == 0 and t.numel() == storage.numel and t.is_contiguous():
         return flat.view(tuple(t.shape))  # the copy above is already private to the caller
     return flat.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset()).clone()
