@@ -11,8 +11,9 @@ storage with ``storage.to(device)`` and then rebuilds every tensor on it as
   storage on either side copies host memory (ATen's storage copy goes through tensors of both
   storages, and a zyx tensor cannot alias one);
 - ``set_`` of a zyx tensor to such a storage (ops/storage_views.py) copies its bytes into a
-  zyx buffer once per storage object: the tensors torch.load sets to one storage (views of one
-  tensor, tied weights) view one zyx storage, as they shared memory when saved.
+  zyx buffer once per storage object (tensor.py ``storage_from_host``): the tensors torch.load
+  sets to one storage (views of one tensor, tied weights) view one zyx storage, as they shared
+  memory when saved.
 """
 
 from __future__ import annotations

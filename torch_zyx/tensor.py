@@ -10,7 +10,6 @@ replaces the value by "old value with this view's region overwritten".
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import weakref
 
@@ -30,6 +29,7 @@ from .pending import (
     sweep_pending,
     sweep_threshold,
 )
+from .storage import host_view
 
 TORCH_TO_ZYX = {
     torch.float16: dtypes.float16, torch.bfloat16: dtypes.bfloat16, torch.float32: dtypes.float32,
@@ -273,37 +273,12 @@ def _target_of(origin: str):
 
 # Views of one storage are saved as views of one CPU storage and loaded as views of one zyx
 # storage, as CPU tensors are (torch.save writes a storage once; a write through one loaded view
-# shows in the others). Within one save, a zyx storage's CPU copy is found again here, and
-# within one load, a CPU storage's zyx copy: id -> (weak reference to the storage, weak
-# reference to the first tensor made from it). The save's CPU tensors live as long as its
-# pickler (which holds what it pickled), a load's CPU storages as long as the load: then the
-# entries go (a weak reference's callback), and no later save or load finds them.
+# shows in the others). Within one save, a zyx storage's CPU copy is found again here: id ->
+# (weak reference to the storage, weak reference to the first CPU view of its copy). The save's
+# CPU tensors live as long as its pickler (which holds what it pickled); the entry goes with
+# them, so no later save finds it. (A load finds its CPU storages' zyx copies in
+# ``_from_host_storages``.)
 _saved: dict[int, tuple] = {}
-_loaded: dict[int, tuple] = {}
-
-
-def _forget(table: dict, key: int, reference) -> None:
-    entry = table.get(key)
-    if entry is not None and any(ref is reference for ref in entry):
-        del table[key]
-
-
-def _entry(table: dict, source):
-    """The tensor ``table`` remembers for ``source`` (None if none or it died)."""
-    entry = table.get(id(source))
-    if entry is None or entry[0]() is not source:
-        return None
-    return entry[1]()
-
-
-def _remember(table: dict, source, made: torch.Tensor, dying) -> None:
-    """Remember ``made`` for ``source`` until ``dying`` (``source`` or ``made``) dies."""
-    key = id(source)
-    forget = functools.partial(_forget, table, key)
-    if dying is source:
-        table[key] = (weakref.ref(source, forget), weakref.ref(made))
-    else:
-        table[key] = (weakref.ref(source), weakref.ref(made, forget))
 
 
 def _cpu_view(storage: torch.UntypedStorage, t: torch.Tensor) -> torch.Tensor:
@@ -315,37 +290,45 @@ def _saved_view(t: ZyxTensor) -> torch.Tensor:
     """What torch.save writes for ``t``: a view of the CPU copy of its whole storage, the same
     copy for every tensor of that storage in one save."""
     storage = t._storage
-    first = _entry(_saved, storage)
+    key = id(storage)
+    entry = _saved.get(key)
+    first = entry[1]() if entry is not None and entry[0]() is storage else None
     if first is not None:
         return _cpu_view(first.untyped_storage(), t)
     view = _cpu_view(storage_to_cpu(storage).untyped_storage(), t)
-    _remember(_saved, storage, view, dying=view)
+    _saved[key] = (weakref.ref(storage), weakref.ref(view, lambda _ref: _saved.pop(key, None)))
     return view
 
 
-def _rebuild_on_zyx(cpu: torch.Tensor, target: torch.device) -> ZyxTensor:
-    """``cpu`` on zyx device ``target``, sharing one zyx storage with the tensors rebuilt from
-    the same CPU storage in this load."""
-    storage = cpu.untyped_storage()
-    first = _entry(_loaded, storage)
-    if first is not None and first.device == target and first.dtype == cpu.dtype:
-        zyx_storage = first._storage
-    else:
-        first = None
-        count = storage.nbytes() // cpu.element_size()
-        whole = torch.empty(0, dtype=cpu.dtype).set_(storage, 0, (count,), (1,))
-        zyx_storage = whole.to(target)._storage
-    out = torch.empty(0, dtype=cpu.dtype, device=target)
-    restride(out, zyx_storage, tuple(cpu.shape), tuple(cpu.stride()), cpu.storage_offset())
-    if first is None:
-        _remember(_loaded, storage, out, dying=storage)
-    return out
+# Host storage -> the zyx Storage holding a copy of its bytes, while the storage object lives
+# (id -> (weak reference, dtype, device, Storage)): torch.load keeps one Python object per saved
+# storage while it rebuilds the tensors on it, so the tensors rebuilt on one storage (views of one
+# tensor, tied weights) share one zyx Storage, as they shared theirs when saved.
+_from_host_storages: dict[int, tuple] = {}
+
+
+def storage_from_host(source: torch.UntypedStorage, dtype: torch.dtype, device) -> Storage:
+    """The zyx Storage on ``device`` holding the bytes of host storage ``source`` (a CPU storage,
+    or a zyx one: storage.py) as ``dtype``, the same one for every call while ``source`` lives."""
+    key = id(source)
+    known = _from_host_storages.get(key)
+    if known is not None and known[0]() is source and known[1] == dtype and known[2] is device:
+        return known[3]
+    storage = Storage(from_cpu(host_view(source, dtype), device), device)
+    _from_host_storages[key] = (weakref.ref(source, lambda _ref: _from_host_storages.pop(key, None)), dtype,
+                                device, storage)
+    return storage
 
 
 def _rebuild_zyx(cpu: torch.Tensor, index: int, requires_grad: bool, state: dict):
     """Inverse of ``ZyxTensor.__reduce_ex__`` (registered as a safe global for weights_only)."""
     target = torch.device(_target_of(f"zyx:{index}"))
-    out = _rebuild_on_zyx(cpu, target) if target.type == "zyx" else cpu.to(target)
+    if target.type == "zyx":
+        out = torch.empty(0, dtype=cpu.dtype, device=target)
+        storage = storage_from_host(cpu.untyped_storage(), cpu.dtype, out._storage.device)
+        restride(out, storage, tuple(cpu.shape), tuple(cpu.stride()), cpu.storage_offset())
+    else:
+        out = cpu.to(target)
     if requires_grad:
         out.requires_grad_(True)
     if state and isinstance(out, ZyxTensor):

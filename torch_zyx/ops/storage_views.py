@@ -7,13 +7,9 @@ with new sizes, strides and offset (``tensor.restride``).
 from __future__ import annotations
 
 import math
-import weakref
 
-import torch
-
-from .. import storage as zyx_storage
 from ..lazy import graph as g
-from ..tensor import Storage, ZyxTensor, from_cpu, read, restride, wrap, zdtype
+from ..tensor import Storage, ZyxTensor, read, restride, storage_from_host, wrap, zdtype
 from ..tensor import meta as meta_of
 from .factory import _contiguous_for
 from .registry import aten, register
@@ -76,25 +72,8 @@ def set_storage_(x, source, storage_offset=0, size=None, stride=None):
         size, stride, storage_offset = (source.nbytes() // x.element_size(),), (1,), 0
     size = tuple(int(s) for s in size)
     stride = tuple(int(s) for s in stride) if stride is not None else g.contiguous_strides(size)
-    restride(x, _storage_of(source, x.dtype, x._storage.device), size, stride, int(storage_offset))
+    restride(x, storage_from_host(source, x.dtype, x._storage.device), size, stride, int(storage_offset))
     return x
-
-
-# Host storage → the zyx Storage holding its bytes, while the storage object lives (id → (weak
-# reference, dtype, Storage)): torch.load keeps one Python object per saved storage while it
-# rebuilds the tensors on it.
-_from_host_storages: dict[int, tuple] = {}
-
-
-def _storage_of(source: torch.UntypedStorage, dtype: torch.dtype, device) -> Storage:
-    key = id(source)
-    known = _from_host_storages.get(key)
-    if known is not None and known[0]() is source and known[1] == dtype:
-        return known[2]
-    storage = Storage(from_cpu(zyx_storage.host_view(source, dtype), device), device)
-    _from_host_storages[key] = (weakref.ref(source, lambda _ref: _from_host_storages.pop(key, None)), dtype,
-                                storage)
-    return storage
 
 
 @register(aten.is_set_to.default)
