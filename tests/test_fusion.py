@@ -60,6 +60,34 @@ def test_layer_norm_is_one_kernel(counters):
     assert _count(lambda x: F.layer_norm(x, (6, 40)), torch.randn(4, 6, 40)) == 1
 
 
+def test_layer_norm_is_one_composite_node(counters):
+    # Without statistics, layer norm records one LAYER_NORM node (lazy/composite.py), expanded
+    # into primitives only on a schedule miss. eps is a parameter of the plan: the second call,
+    # another eps on other values, reuses the plan (no kernelizer run) and must still use its
+    # own eps (values with a tiny variance, where eps decides the result).
+    import torch_zyx
+    from torch_zyx.lazy import graph as g
+
+    x, w, b = torch.randn(12, 48), torch.randn(48), torch.randn(48)
+    xz, wz, bz = x.to("zyx"), w.to("zyx"), b.to("zyx")
+    torch.zyx.synchronize()
+    g.PendingCounter.count = 0
+    out = F.layer_norm(xz, (48,), wz, bz, eps=1e-5)
+    assert out._storage._shaped.op == "LAYER_NORM"
+    assert g.PendingCounter.count <= 3  # (the node, eps, at most one cast)
+    assert_close(out, F.layer_norm(x, (48,), w, b, eps=1e-5), rtol=1e-4, atol=1e-4)
+    before = torch_zyx.counters()
+    flat = torch.randn(12, 48) * 1e-3
+    second = F.layer_norm(flat.to("zyx"), (48,), wz, bz, eps=1e-4).cpu()
+    after = torch_zyx.counters()
+    assert after["kernelizer_runs"] == before["kernelizer_runs"]
+    assert after["schedule_cache_hits"] == before["schedule_cache_hits"] + 1
+    torch.testing.assert_close(second, F.layer_norm(flat, (48,), w, b, eps=1e-4), rtol=1e-4, atol=1e-4)
+    # Half input, weight only, and a consumer fused after the composite: still one kernel.
+    fn = lambda x, w: (F.layer_norm(x, (48,), w) * 2).sum(-1)
+    assert _count(fn, x.half(), w.half()) == 1
+
+
 def test_layer_norm_with_statistics_is_two_kernels(counters):
     # Mean and rstd kept (as autograd saves them): stored by one kernel, read by the other.
     fn = lambda x: torch.native_layer_norm(x, (64,), None, None, 1e-5)

@@ -18,6 +18,8 @@ Primitive set (DESIGN.md "Lazy graph"):
   GATHER   ``table`` read at data-dependent positions along axis ``arg``   arg: the axis
   SCATTER  ``base`` with ``src`` combined or written at data-dependent positions
                                                          arg: (axis, "add"|"mul"|"max"|"min"|"set")
+Composite nodes (lazy/composite.py: LAYER_NORM) stand for a graph of these; the kernelizer's
+rewrite expands them before anything else reads the graph.
 """
 
 from __future__ import annotations

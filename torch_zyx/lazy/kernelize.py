@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from . import composite
 from . import graph as g
 from .graph import Node
 from .panels import DEFAULT_TILE, MatmulTile, pack_matmul_operands
@@ -528,7 +529,10 @@ def _split_reduce(node: Node) -> Node:
 
 
 def rewrite(roots: list[Node]) -> list[Node]:
-    """The graph rewrites applied before kernelizing (one pass, sources before users)."""
+    """The graph rewrites applied before kernelizing: composites expanded into primitives
+    (lazy/composite.py), then large reduces split (each a pass, sources before users; the
+    second sees the reduces the first made)."""
+    roots = g.rewrite_bottom_up(roots, composite.expand)
     return g.rewrite_bottom_up(roots, lambda node: _split_reduce(node) if node.op == "REDUCE" else node)
 
 

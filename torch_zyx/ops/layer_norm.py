@@ -5,11 +5,11 @@ above autograd for calls that record no gradient (dispatch → lazy graph, like 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ..lazy import composite
 from ..lazy import graph as g
+from ..lazy.composite import layer_norm_parts, norm_shapes
 from ..lazy.graph import Node
 from ..pending import reraise_deferred, unsupported
 from ..tensor import ZyxTensor, read, wrap, zdtype
@@ -39,40 +39,11 @@ def _check_layer_norm(shape: tuple, normalized_shape: list, weight: Node | None,
                            f"[*, {', '.join(map(str, normalized))}], but got input of size{list(shape)}")
 
 
-class _NormShapes:
-    """What layer norm derives from an input shape and a normalized shape (``_norm_shapes``)."""
-
-    __slots__ = ("count", "dims", "first_bounds", "param_shape", "stat_shape")
-
-    def __init__(self, shape: tuple, normalized_shape: tuple):
-        axis = len(shape) - len(normalized_shape)
-        self.dims = tuple(range(axis, len(shape)))
-        self.count = math.prod(normalized_shape)
-        self.stat_shape = shape[:axis] + (1,) * len(normalized_shape)
-        # Each block's first element (the shift of the one-pass variance).
-        self.first_bounds = tuple((0, size) for size in shape[:axis]) + ((0, 1),) * len(normalized_shape)
-        self.param_shape = (1,) * axis + normalized_shape
-
-
-# (input shape, normalized shape) -> _NormShapes: recording a layer norm again (every step of
-# a model) derives nothing again.
-_norm_shapes: dict[tuple, _NormShapes] = {}
-
-
-def _shapes_of(shape: tuple, normalized_shape) -> _NormShapes:
-    key = (shape, tuple(normalized_shape))
-    shapes = _norm_shapes.get(key)
-    if shapes is None:
-        if len(_norm_shapes) >= 256:
-            _norm_shapes.clear()
-        shapes = _norm_shapes[key] = _NormShapes(*key)
-    return shapes
-
-
-def _layer_norm_nodes(x, normalized_shape, weight, bias, eps) -> tuple[Node, Node, Node]:
+def _layer_norm_nodes(x, normalized_shape, weight, bias, eps, statistics: bool = True) -> tuple:
     """native_layer_norm's three results as nodes: the normalized input (scaled and shifted),
     the mean and the reciprocal standard deviation, each in the input's dtype (ATen saves the
-    statistics in it, half inputs too)."""
+    statistics in it, half inputs too); only the first, as one composite node
+    (lazy/composite.py), when ``statistics`` is false."""
     node = read(x)
     weight = None if weight is None else read(weight)  # (another device's: ATen's error)
     bias = None if bias is None else read(bias)
@@ -81,33 +52,14 @@ def _layer_norm_nodes(x, normalized_shape, weight, bias, eps) -> tuple[Node, Nod
     if not dtype.is_float:
         raise unsupported(f"\"LayerNormKernelImpl\" not implemented for '{dtype_name(x.dtype)}'")
     node = g.cast(node, _acc_dtype(dtype))
-    shapes = _shapes_of(node.shape, normalized_shape)
-    dims, count, stat_shape = shapes.dims, shapes.count, shapes.stat_shape
+    shapes = norm_shapes(node.shape, normalized_shape)
     if node.numel == 0:
-        nan = g.const(float("nan"), dtype, stat_shape)
+        nan = g.const(float("nan"), dtype, shapes.stat_shape)
         return g.cast(node, dtype), nan, nan
-    # One pass over x (mean and variance reduce together, one kernel): sums of x shifted by
-    # the block's first element, which keeps E[d^2] - E[d]^2 free of cancellation when the
-    # mean is large compared to the spread.
-    shape = node.shape
-    first = g.shrink(node, shapes.first_bounds)
-    shifted = g.binary("sub", node, g.expand(first, shape))
-    inv_count = g.const(1.0 / count, node.dtype, stat_shape)
-    shifted_mean = g.binary("mul", g.reduce("sum", shifted, dims), inv_count)
-    square_mean = g.binary("mul", g.reduce("sum", g.binary("mul", shifted, shifted), dims), inv_count)
-    mean = g.binary("add", first, shifted_mean)
-    var = g.binary("max", g.binary("sub", square_mean, g.binary("mul", shifted_mean, shifted_mean)),
-                   g.const(0.0, node.dtype, stat_shape))
-    diff = g.binary("sub", node, g.expand(mean, shape))
-    rstd = g.unary("recip", g.unary("sqrt", g.binary("add", var, g.const(eps, node.dtype, stat_shape))))
-    out = g.binary("mul", diff, g.expand(rstd, shape))
-    if weight is not None:
-        w = g.expand(g.reshape(g.cast(weight, node.dtype), shapes.param_shape), shape)
-        out = g.binary("mul", out, w)
-    if bias is not None:
-        b = g.expand(g.reshape(g.cast(bias, node.dtype), shapes.param_shape), shape)
-        out = g.binary("add", out, b)
-    return g.cast(out, dtype), g.cast(mean, dtype), g.cast(rstd, dtype)
+    eps = g.const(eps, node.dtype, shapes.stat_shape)
+    if not statistics:
+        return (g.cast(composite.layer_norm(node, eps, weight, bias, len(shapes.dims)), dtype),)
+    return tuple(g.cast(part, dtype) for part in layer_norm_parts(node, eps, weight, bias, shapes))
 
 
 @register(aten.native_layer_norm.default)
@@ -144,7 +96,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_
     (Inference mode skips the autograd keys: the composite form runs there, below them.)"""
     if _records_nothing_more(input, weight, bias):
         try:
-            nodes = _layer_norm_nodes(input, normalized_shape, weight, bias, eps)
+            nodes = _layer_norm_nodes(input, normalized_shape, weight, bias, eps, statistics=False)
         except NotImplementedError as exc:
             reraise_deferred(exc)  # (an error to raise leaves here, as in dispatch)
             nodes = None  # declined: what the dispatcher does with native_layer_norm decides
@@ -165,7 +117,7 @@ def native_layer_norm_backward(grad_out, x, normalized_shape, mean, rstd, weight
         raise NotImplementedError  # (the decomposition's error)
     acc = _acc_dtype(dtype)
     shape = node.shape
-    shapes = _shapes_of(shape, normalized_shape)
+    shapes = norm_shapes(shape, normalized_shape)
     dims, count, stat_shape = shapes.dims, shapes.count, shapes.stat_shape
     device = x._storage.device
     if node.numel == 0 or count == 0:

@@ -1,0 +1,110 @@
+"""Composite nodes: an op recorded as one node of the lazy graph, expanded into primitive nodes
+only when a graph holding it is kernelized.
+
+Stage 2 of the flow (dispatch → **lazy graph** → kernelizer → ...). A layer norm is ~25
+primitive nodes, and each costs its recording (a hash-consed node: ~0.2 us on the 2-core box),
+the realization's signature walk and, once realized, its release: per call more Python than
+the kernel's launch, and a layer norm is recorded at every call of every model that has one.
+Recorded as one ``LAYER_NORM`` node, it costs one node; the kernelizer's rewrite
+(kernelize.rewrite, on a schedule-cache miss only) replaces it by ``layer_norm_parts``, the
+same primitives the statistics-returning form records, so both fuse alike.
+
+The expansion is a function of the node alone (its sources, arg, dtype and shape: what the
+signature keys), so graphs with equal signatures expand alike and share one plan. Run-time
+scalars (eps) are therefore sources of the composite, CONST nodes the signature numbers as
+parameters, never constants made by the expansion: those are keyed by nothing and become
+literals of the code (only values fixed by the shape, like 1 / count, may be made there).
+
+  LAYER_NORM  srcs (x, eps[, weight][, bias]), arg (normalized dims, has weight, has bias);
+              x, eps and the result in the accumulation dtype, eps of the statistics' shape
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import graph as g
+from .graph import Node
+
+LAYER_NORM = "LAYER_NORM"
+
+
+class NormShapes:
+    """What layer norm derives from an input shape and a normalized shape (``norm_shapes``)."""
+
+    __slots__ = ("count", "dims", "first_bounds", "param_shape", "stat_shape")
+
+    def __init__(self, shape: tuple, normalized_shape: tuple):
+        axis = len(shape) - len(normalized_shape)
+        self.dims = tuple(range(axis, len(shape)))
+        self.count = math.prod(normalized_shape)
+        self.stat_shape = shape[:axis] + (1,) * len(normalized_shape)
+        # Each block's first element (the shift of the one-pass variance).
+        self.first_bounds = tuple((0, size) for size in shape[:axis]) + ((0, 1),) * len(normalized_shape)
+        self.param_shape = (1,) * axis + normalized_shape
+
+
+# (input shape, normalized shape) -> NormShapes: recording a layer norm again (every step of a
+# model) derives nothing again.
+_norm_shapes: dict[tuple, NormShapes] = {}
+
+
+def norm_shapes(shape: tuple, normalized_shape) -> NormShapes:
+    key = (shape, tuple(normalized_shape))
+    shapes = _norm_shapes.get(key)
+    if shapes is None:
+        if len(_norm_shapes) >= 256:
+            _norm_shapes.clear()
+        shapes = _norm_shapes[key] = NormShapes(*key)
+    return shapes
+
+
+def layer_norm_parts(x: Node, eps: Node, weight: Node | None, bias: Node | None,
+                     shapes: NormShapes) -> tuple[Node, Node, Node]:
+    """Layer norm of ``x`` (in its accumulation dtype, ``eps`` a node of the statistics' shape
+    in it) as primitives: the normalized input (scaled and shifted), the mean and the
+    reciprocal standard deviation, in ``x``'s dtype."""
+    dims, count, stat_shape = shapes.dims, shapes.count, shapes.stat_shape
+    # One pass over x (mean and variance reduce together, one kernel): sums of x shifted by
+    # the block's first element, which keeps E[d^2] - E[d]^2 free of cancellation when the
+    # mean is large compared to the spread.
+    shape = x.shape
+    first = g.shrink(x, shapes.first_bounds)
+    shifted = g.binary("sub", x, g.expand(first, shape))
+    inv_count = g.const(1.0 / count, x.dtype, stat_shape)
+    shifted_mean = g.binary("mul", g.reduce("sum", shifted, dims), inv_count)
+    square_mean = g.binary("mul", g.reduce("sum", g.binary("mul", shifted, shifted), dims), inv_count)
+    mean = g.binary("add", first, shifted_mean)
+    var = g.binary("max", g.binary("sub", square_mean, g.binary("mul", shifted_mean, shifted_mean)),
+                   g.const(0.0, x.dtype, stat_shape))
+    diff = g.binary("sub", x, g.expand(mean, shape))
+    rstd = g.unary("recip", g.unary("sqrt", g.binary("add", var, eps)))
+    out = g.binary("mul", diff, g.expand(rstd, shape))
+    if weight is not None:
+        out = g.binary("mul", out, g.expand(g.reshape(g.cast(weight, x.dtype), shapes.param_shape), shape))
+    if bias is not None:
+        out = g.binary("add", out, g.expand(g.reshape(g.cast(bias, x.dtype), shapes.param_shape), shape))
+    return out, mean, rstd
+
+
+def layer_norm(x: Node, eps: Node, weight: Node | None, bias: Node | None, normalized_dims: int) -> Node:
+    """The normalized ``x`` (``layer_norm_parts``' first result) as one ``LAYER_NORM`` node."""
+    srcs = (x, eps)
+    if weight is not None:
+        srcs += (weight,)
+    if bias is not None:
+        srcs += (bias,)
+    return Node(LAYER_NORM, (normalized_dims, int(weight is not None), int(bias is not None)), srcs,
+                x.dtype, x.shape)
+
+
+def expand(node: Node) -> Node:
+    """``node`` with a composite replaced by its primitives (a graph rewrite's function)."""
+    if node.op != LAYER_NORM:
+        return node
+    normalized_dims, has_weight, has_bias = node.arg
+    x, eps, *params = node.srcs
+    weight = params.pop(0) if has_weight else None
+    bias = params.pop(0) if has_bias else None
+    shapes = norm_shapes(x.shape, x.shape[len(x.shape) - normalized_dims:])
+    return layer_norm_parts(x, eps, weight, bias, shapes)[0]
