@@ -53,6 +53,15 @@ def test_softmax_is_one_kernel(counters):
     assert _count(lambda x: torch.softmax(x, -1), torch.randn(4, 8, 50)) == 1
 
 
+def test_softmax_is_one_composite_node(counters):
+    # Softmax and log-softmax record one SOFTMAX node (lazy/composite.py), on any dim.
+    x = torch.randn(6, 20, 7)
+    for fn in (lambda t: torch.softmax(t, 1), lambda t: torch.log_softmax(t, -1)):
+        out = fn(x.to("zyx"))
+        assert out._storage._shaped.op == "SOFTMAX"
+        assert_close(out, fn(x), rtol=1e-5, atol=1e-5)
+
+
 def test_layer_norm_is_one_kernel(counters):
     fn = lambda x, w, b: F.layer_norm(x, (64,), w, b)
     assert _count(fn, torch.randn(16, 64), torch.randn(64), torch.randn(64)) == 1
@@ -83,9 +92,12 @@ def test_layer_norm_is_one_composite_node(counters):
     assert after["kernelizer_runs"] == before["kernelizer_runs"]
     assert after["schedule_cache_hits"] == before["schedule_cache_hits"] + 1
     torch.testing.assert_close(second, F.layer_norm(flat, (48,), w, b, eps=1e-4), rtol=1e-4, atol=1e-4)
-    # Half input, weight only, and a consumer fused after the composite: still one kernel.
+    # Weight only, and a consumer fused after the composite: still one kernel; half input.
     fn = lambda x, w: (F.layer_norm(x, (48,), w) * 2).sum(-1)
-    assert _count(fn, x.half(), w.half()) == 1
+    assert _count(fn, x, w) == 1
+    half = F.layer_norm(x.half().to("zyx"), (48,), w.half().to("zyx"))
+    assert half.dtype == torch.float16
+    assert_close(half, F.layer_norm(x.half(), (48,), w.half()), rtol=2e-3, atol=2e-3)
 
 
 def test_layer_norm_with_statistics_is_two_kernels(counters):

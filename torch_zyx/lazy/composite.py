@@ -17,6 +17,7 @@ literals of the code (only values fixed by the shape, like 1 / count, may be mad
 
   LAYER_NORM  srcs (x, eps[, weight][, bias]), arg (normalized dims, has weight, has bias);
               x, eps and the result in the accumulation dtype, eps of the statistics' shape
+  SOFTMAX     srcs (x,), arg (dim, log): softmax or log-softmax of x (a float dtype, rank >= 1)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from . import graph as g
 from .graph import Node
 
 LAYER_NORM = "LAYER_NORM"
+SOFTMAX = "SOFTMAX"
 
 
 class NormShapes:
@@ -98,13 +100,48 @@ def layer_norm(x: Node, eps: Node, weight: Node | None, bias: Node | None, norma
                 x.dtype, x.shape)
 
 
-def expand(node: Node) -> Node:
-    """``node`` with a composite replaced by its primitives (a graph rewrite's function)."""
-    if node.op != LAYER_NORM:
-        return node
+def finite(x: Node) -> Node:
+    """True where floating ``x`` is neither inf nor NaN (a NaN compares false): where a running
+    or reduced maximum may shift values (softmax, logsumexp), and the scaler's inf check."""
+    return g.binary("lt", g.unary("abs", x), g.const(float("inf"), x.dtype, x.shape))
+
+
+def softmax_parts(x: Node, dim: int, log: bool) -> Node:
+    """Softmax (log-softmax if ``log``) of ``x`` along ``dim`` as primitives: the row's maximum
+    (0 where it is not finite) shifted out before the exponentials."""
+    m = g.reduce("max", x, (dim,))
+    m = g.where(finite(m), m, g.const(0.0, m.dtype, m.shape))
+    shifted = g.binary("sub", x, g.expand(m, x.shape))
+    e = g.unary("exp", shifted)
+    s = g.reduce("sum", e, (dim,))
+    if log:
+        return g.binary("sub", shifted, g.expand(g.unary("log", s), x.shape))
+    return g.binary("mul", e, g.expand(g.unary("recip", s), x.shape))
+
+
+def softmax(x: Node, dim: int, log: bool) -> Node:
+    """``softmax_parts`` as one ``SOFTMAX`` node."""
+    return Node(SOFTMAX, (dim, int(log)), (x,), x.dtype, x.shape)
+
+
+def _expand_layer_norm(node: Node) -> Node:
     normalized_dims, has_weight, has_bias = node.arg
     x, eps, *params = node.srcs
     weight = params.pop(0) if has_weight else None
     bias = params.pop(0) if has_bias else None
     shapes = norm_shapes(x.shape, x.shape[len(x.shape) - normalized_dims:])
     return layer_norm_parts(x, eps, weight, bias, shapes)[0]
+
+
+def _expand_softmax(node: Node) -> Node:
+    dim, log = node.arg
+    return softmax_parts(node.srcs[0], dim, bool(log))
+
+
+_EXPANSIONS = {LAYER_NORM: _expand_layer_norm, SOFTMAX: _expand_softmax}
+
+
+def expand(node: Node) -> Node:
+    """``node`` with a composite replaced by its primitives (a graph rewrite's function)."""
+    expansion = _EXPANSIONS.get(node.op)
+    return node if expansion is None else expansion(node)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..lazy import graph as g
+from ..lazy.composite import finite
 from ..lazy.graph import Node
 from ..tensor import read, write
-from .elementwise import finite
 from .nn import _acc_dtype
 from .registry import aten, register
 

@@ -218,12 +218,6 @@ def bitwise(op: str):
     return fn
 
 
-def finite(x: Node) -> Node:
-    """True where floating ``x`` is neither inf nor NaN (a NaN compares false): where a running
-    or reduced maximum may shift values (softmax, logsumexp), and the scaler's inf check."""
-    return g.binary("lt", g.unary("abs", x), g.const(float("inf"), x.dtype, x.shape))
-
-
 def isinf(x: Node) -> Node:
     if not x.dtype.is_float:
         return g.const(False, dtypes.bool_, x.shape)

@@ -11,11 +11,11 @@ import torch
 
 from .. import dtypes
 from ..checks import check_index
+from ..lazy import composite
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..pending import unsupported
 from ..tensor import read, wrap, zdtype
-from .elementwise import finite
 from .registry import aten, dtype_name, register
 
 
@@ -28,16 +28,11 @@ def _bcast(node: Node, shape) -> Node:
 
 
 def softmax_node(x: Node, dim: int, log: bool) -> Node:
+    """Softmax (log-softmax) of ``x`` along ``dim``, in ``x``'s dtype: one composite node
+    (lazy/composite.py), a constant for a 0-d ``x``."""
     if not x.shape:
-        return g.const(0.0 if log else 1.0, x.dtype, ()) if True else x
-    m = g.reduce("max", x, (dim,))
-    m = g.where(finite(m), m, g.const(0.0, m.dtype, m.shape))
-    shifted = g.binary("sub", x, _bcast(m, x.shape))
-    e = g.unary("exp", shifted)
-    s = g.reduce("sum", e, (dim,))
-    if log:
-        return g.binary("sub", shifted, _bcast(g.unary("log", s), x.shape))
-    return g.binary("mul", e, _bcast(g.unary("recip", s), x.shape))
+        return g.const(0.0 if log else 1.0, x.dtype, ())
+    return composite.softmax(x, dim, log)
 
 
 def _softmax(x, dim, half_to_float, log):

@@ -12,9 +12,9 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
+from ..lazy.composite import finite
 from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
-from .elementwise import finite
 from .registry import aten, register
 
 

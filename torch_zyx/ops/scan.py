@@ -12,10 +12,10 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
+from ..lazy.composite import finite
 from ..lazy.graph import Node
 from ..pending import unsupported
 from ..tensor import read, wrap, zdtype
-from .elementwise import finite
 from .reduce import _accumulate_dtype, _sum_dtype, check_dim
 from .registry import aten, dtype_name, register
 
