@@ -92,6 +92,11 @@ def test_layer_norm_is_one_composite_node(counters):
     assert after["kernelizer_runs"] == before["kernelizer_runs"]
     assert after["schedule_cache_hits"] == before["schedule_cache_hits"] + 1
     torch.testing.assert_close(second, F.layer_norm(flat, (48,), w, b, eps=1e-4), rtol=1e-4, atol=1e-4)
+    # With the statistics (what autograd saves): three composite nodes, one graph once expanded.
+    results = torch.native_layer_norm(xz, (48,), wz, bz, 1e-5)
+    assert [r._storage._shaped.op for r in results] == ["LAYER_NORM"] * 3
+    for got, want in zip(results, torch.native_layer_norm(x, (48,), w, b, 1e-5)):
+        assert_close(got, want, rtol=1e-4, atol=1e-4)
     # Weight only, and a consumer fused after the composite: still one kernel; half input.
     fn = lambda x, w: (F.layer_norm(x, (48,), w) * 2).sum(-1)
     assert _count(fn, x, w) == 1

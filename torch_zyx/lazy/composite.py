@@ -15,8 +15,10 @@ scalars (eps) are therefore sources of the composite, CONST nodes the signature 
 parameters, never constants made by the expansion: those are keyed by nothing and become
 literals of the code (only values fixed by the shape, like 1 / count, may be made there).
 
-  LAYER_NORM  srcs (x, eps[, weight][, bias]), arg (normalized dims, has weight, has bias);
-              x, eps and the result in the accumulation dtype, eps of the statistics' shape
+  LAYER_NORM  srcs (x, eps[, weight][, bias]), arg (normalized dims, has weight, has bias,
+              output: 0 the normalized x, 1 the mean, 2 the reciprocal standard deviation);
+              x, eps and the result in the accumulation dtype, eps of the statistics' shape.
+              The three outputs of one call expand to one shared graph (hash-consing).
   SOFTMAX     srcs (x,), arg (dim, log): softmax or log-softmax of x (a float dtype, rank >= 1)
 """
 
@@ -89,15 +91,19 @@ def layer_norm_parts(x: Node, eps: Node, weight: Node | None, bias: Node | None,
     return out, mean, rstd
 
 
-def layer_norm(x: Node, eps: Node, weight: Node | None, bias: Node | None, normalized_dims: int) -> Node:
-    """The normalized ``x`` (``layer_norm_parts``' first result) as one ``LAYER_NORM`` node."""
+def layer_norm(x: Node, eps: Node, weight: Node | None, bias: Node | None, normalized_dims: int,
+               output: int = 0) -> Node:
+    """``layer_norm_parts``' result ``output`` as one ``LAYER_NORM`` node (the statistics
+    take no weight or bias: their nodes are the same with or without)."""
     srcs = (x, eps)
-    if weight is not None:
-        srcs += (weight,)
-    if bias is not None:
-        srcs += (bias,)
-    return Node(LAYER_NORM, (normalized_dims, int(weight is not None), int(bias is not None)), srcs,
-                x.dtype, x.shape)
+    if output == 0:
+        if weight is not None:
+            srcs += (weight,)
+        if bias is not None:
+            srcs += (bias,)
+        arg = (normalized_dims, int(weight is not None), int(bias is not None), 0)
+        return Node(LAYER_NORM, arg, srcs, x.dtype, x.shape)
+    return Node(LAYER_NORM, (normalized_dims, 0, 0, output), srcs, x.dtype, eps.shape)
 
 
 def finite(x: Node) -> Node:
@@ -125,12 +131,12 @@ def softmax(x: Node, dim: int, log: bool) -> Node:
 
 
 def _expand_layer_norm(node: Node) -> Node:
-    normalized_dims, has_weight, has_bias = node.arg
+    normalized_dims, has_weight, has_bias, output = node.arg
     x, eps, *params = node.srcs
     weight = params.pop(0) if has_weight else None
     bias = params.pop(0) if has_bias else None
     shapes = norm_shapes(x.shape, x.shape[len(x.shape) - normalized_dims:])
-    return layer_norm_parts(x, eps, weight, bias, shapes)[0]
+    return layer_norm_parts(x, eps, weight, bias, shapes)[output]
 
 
 def _expand_softmax(node: Node) -> Node:

@@ -9,7 +9,7 @@ import torch
 
 from ..lazy import composite
 from ..lazy import graph as g
-from ..lazy.composite import layer_norm_parts, norm_shapes
+from ..lazy.composite import norm_shapes
 from ..lazy.graph import Node
 from ..pending import reraise_deferred, unsupported
 from ..tensor import ZyxTensor, read, wrap, zdtype
@@ -42,8 +42,8 @@ def _check_layer_norm(shape: tuple, normalized_shape: list, weight: Node | None,
 def _layer_norm_nodes(x, normalized_shape, weight, bias, eps, statistics: bool = True) -> tuple:
     """native_layer_norm's three results as nodes: the normalized input (scaled and shifted),
     the mean and the reciprocal standard deviation, each in the input's dtype (ATen saves the
-    statistics in it, half inputs too); only the first, as one composite node
-    (lazy/composite.py), when ``statistics`` is false."""
+    statistics in it, half inputs too) and each one composite node (lazy/composite.py); only
+    the first when ``statistics`` is false."""
     node = read(x)
     weight = None if weight is None else read(weight)  # (another device's: ATen's error)
     bias = None if bias is None else read(bias)
@@ -57,9 +57,12 @@ def _layer_norm_nodes(x, normalized_shape, weight, bias, eps, statistics: bool =
         nan = g.const(float("nan"), dtype, shapes.stat_shape)
         return g.cast(node, dtype), nan, nan
     eps = g.const(eps, node.dtype, shapes.stat_shape)
+    dims = len(shapes.dims)
+    out = g.cast(composite.layer_norm(node, eps, weight, bias, dims), dtype)
     if not statistics:
-        return (g.cast(composite.layer_norm(node, eps, weight, bias, len(shapes.dims)), dtype),)
-    return tuple(g.cast(part, dtype) for part in layer_norm_parts(node, eps, weight, bias, shapes))
+        return (out,)
+    return (out, g.cast(composite.layer_norm(node, eps, None, None, dims, output=1), dtype),
+            g.cast(composite.layer_norm(node, eps, None, None, dims, output=2), dtype))
 
 
 @register(aten.native_layer_norm.default)
