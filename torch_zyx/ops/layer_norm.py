@@ -1,6 +1,7 @@
-"""Layer norm: the forward (one kernel: both statistics reduce in one pass over the rows, the
-normalization fuses after them), its three gradients recorded as one op, and aten::layer_norm
-above autograd for calls that record no gradient (dispatch → lazy graph, like every lowering).
+"""Layer norm: the forward (composite nodes, lazy/composite.py: one kernel, both statistics
+reduce in one pass over the rows and the normalization fuses after them), its three gradients
+recorded as one op, and aten::layer_norm above autograd for calls that record no gradient
+(dispatch → lazy graph, like every lowering).
 """
 
 from __future__ import annotations
