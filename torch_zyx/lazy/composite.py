@@ -106,17 +106,11 @@ def layer_norm(x: Node, eps: Node, weight: Node | None, bias: Node | None, norma
     return Node(LAYER_NORM, (normalized_dims, 0, 0, output), srcs, x.dtype, eps.shape)
 
 
-def finite(x: Node) -> Node:
-    """True where floating ``x`` is neither inf nor NaN (a NaN compares false): where a running
-    or reduced maximum may shift values (softmax, logsumexp), and the scaler's inf check."""
-    return g.binary("lt", g.unary("abs", x), g.const(float("inf"), x.dtype, x.shape))
-
-
 def softmax_parts(x: Node, dim: int, log: bool) -> Node:
     """Softmax (log-softmax if ``log``) of ``x`` along ``dim`` as primitives: the row's maximum
     (0 where it is not finite) shifted out before the exponentials."""
     m = g.reduce("max", x, (dim,))
-    m = g.where(finite(m), m, g.const(0.0, m.dtype, m.shape))
+    m = g.where(g.finite(m), m, g.const(0.0, m.dtype, m.shape))
     shifted = g.binary("sub", x, g.expand(m, x.shape))
     e = g.unary("exp", shifted)
     s = g.reduce("sum", e, (dim,))

@@ -18,8 +18,8 @@ Primitive set (DESIGN.md "Lazy graph"):
   GATHER   ``table`` read at data-dependent positions along axis ``arg``   arg: the axis
   SCATTER  ``base`` with ``src`` combined or written at data-dependent positions
                                                          arg: (axis, "add"|"mul"|"max"|"min"|"set")
-Composite nodes (lazy/composite.py: LAYER_NORM) stand for a graph of these; the kernelizer's
-rewrite expands them before anything else reads the graph.
+Composite nodes (lazy/composite.py: LAYER_NORM, SOFTMAX) stand for a graph of these; the
+kernelizer's rewrite expands them before anything else reads the graph.
 """
 
 from __future__ import annotations
@@ -121,6 +121,12 @@ def const(value: Any, dtype: DType, shape: tuple[int, ...] = ()) -> Node:
             _scalars.clear()
         _scalars[memo] = node
     return node
+
+
+def finite(x: Node) -> Node:
+    """True where floating ``x`` is neither inf nor NaN (a NaN compares false): where a running
+    or reduced maximum may shift values (softmax, logsumexp), and the scaler's inf check."""
+    return binary("lt", unary("abs", x), const(float("inf"), x.dtype, x.shape))
 
 
 def random(seed: int, offset: int, shape: tuple[int, ...]) -> Node:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..lazy import graph as g
-from ..lazy.composite import finite
 from ..lazy.graph import Node
 from ..tensor import read, write
 from .nn import _acc_dtype
@@ -33,7 +32,7 @@ def non_finite_check_and_unscale_(grads, found_inf, inv_scale):
         if node.numel == 0:
             continue
         value = g.cast(node, _acc_dtype(node.dtype))
-        any_bad = g.reduce("max", g.unary("not", finite(value)), tuple(range(len(node.shape))))
+        any_bad = g.reduce("max", g.unary("not", g.finite(value)), tuple(range(len(node.shape))))
         found = g.binary("max", found, g.cast(g.reshape(any_bad, ()), found.dtype))
         factor = g.reshape(g.cast(inv, value.dtype), (1,) * len(value.shape))
         scaled = g.binary("mul", value, g.expand(factor, value.shape))
@@ -54,7 +53,7 @@ def update_scale_(scale, growth_tracker, found_inf, scale_growth_factor, scale_b
                    current.dtype)
     successful = g.binary("add", tracker, g.const(1, tracker.dtype, ()))
     grow = g.binary("eq", successful, g.const(int(growth_interval), tracker.dtype, ()))
-    kept_or_grown = g.where(g.binary("and", grow, finite(grown)), grown, current)
+    kept_or_grown = g.where(g.binary("and", grow, g.finite(grown)), grown, current)
     new_scale = g.where(found, backed_off, g.where(grow, kept_or_grown, current))
     zero = g.const(0, tracker.dtype, ())
     new_tracker = g.where(found, zero, g.where(grow, zero, successful))

@@ -12,7 +12,6 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
-from ..lazy.composite import finite
 from ..lazy.graph import Node
 from ..tensor import read, wrap, zdtype
 from .registry import aten, register
@@ -313,7 +312,7 @@ def logsumexp(x, dim, keepdim=False):
         return wrap(node, x._storage.device)
     m = g.reduce("max", node, dims)
     # Infinite maxima would give inf - inf = nan: shift by 0 there instead.
-    shift = g.where(finite(m), m, g.const(0.0, m.dtype, m.shape))
+    shift = g.where(g.finite(m), m, g.const(0.0, m.dtype, m.shape))
     e = g.unary("exp", g.binary("sub", node, g.expand(shift, node.shape)))
     out = g.binary("add", g.unary("log", g.reduce("sum", e, dims)), shift)
     return wrap(finish(out, dims, keepdim), x._storage.device)

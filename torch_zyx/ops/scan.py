@@ -12,7 +12,6 @@ import torch
 
 from .. import dtypes
 from ..lazy import graph as g
-from ..lazy.composite import finite
 from ..lazy.graph import Node
 from ..pending import unsupported
 from ..tensor import read, wrap, zdtype
@@ -127,7 +126,7 @@ def logcumsumexp(x, dim):
         return wrap(g.cast(node, out_dtype), x._storage.device)
     # Shift by the running maximum (0 where it is infinite, so inf - inf never makes NaN).
     m = masked_scan("max", node, dim, float("-inf"))
-    shift = g.where(finite(m), m, g.const(0.0, m.dtype, m.shape))
+    shift = g.where(g.finite(m), m, g.const(0.0, m.dtype, m.shape))
     _x_i, x_j, i_pos, j_pos = pairs(node, dim)
     s = g.expand(g.reshape(shift, node.shape + (1,)), x_j.shape)
     e = g.unary("exp", g.binary("sub", x_j, s))
