@@ -1,6 +1,7 @@
 """The zyx device as PyTorch users see it: moves, conversions, repr, torch.zyx, debug output, errors."""
 
 import gc
+import itertools
 import os
 import re
 import subprocess
@@ -818,17 +819,75 @@ def test_parallel_entry_runs_every_iteration_once(kind):
     ctx = _cpu_context()
     calls = _cpu_calls(kind)
     program = ctx.runtime.compile("zyx_count", _COUNTING_KERNEL)
-    for end, chunk, homes, threads in [(1, 1, 1, 1), (10, 3, 4, 2), (100, 7, 16, 5), (97, 1, 3, 8),
-                                       (5, 8, 2, 3), (1000, 13, 7, 7), (64, 64, 255, 4)]:
+    cases = [(1, 1, 1, 1), (10, 3, 4, 2), (100, 7, 16, 5), (97, 1, 3, 8), (5, 8, 2, 3), (1000, 13, 7, 7),
+             (64, 64, 255, 4)]
+    for (end, chunk, homes, threads), backward in itertools.product(cases, (0, 1)):
         out = torch.zeros(end, dtype=torch.int64)
-        task = calls.Task([out.data_ptr()], [], end, chunk, homes)
+        task = calls.Task([out.data_ptr()], [], end, chunk, homes, backward)
         workers = [threading.Thread(target=calls.entry, args=(program.parallel_address, task))
                    for _ in range(threads)]
         for worker in workers:
             worker.start()
         for worker in workers:
             worker.join()
-        assert torch.equal(out, torch.ones(end, dtype=torch.int64)), (end, chunk, homes, threads)
+        assert torch.equal(out, torch.ones(end, dtype=torch.int64)), (end, chunk, homes, threads, backward)
+
+
+# Numbers its calls: out[start] = the count of calls before this one (buffer 1 holds the count).
+_ORDER_KERNEL = """
+define void @zyx_order(ptr %bufs, ptr %params, i64 %start, i64 %end) {
+entry:
+  %out = load ptr, ptr %bufs
+  %count.at = getelementptr ptr, ptr %bufs, i64 1
+  %count = load ptr, ptr %count.at
+  %seq = atomicrmw add ptr %count, i64 1 monotonic
+  %at = getelementptr i64, ptr %out, i64 %start
+  store i64 %seq, ptr %at
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["c", "ctypes"])
+def test_parallel_entry_takes_chunks_backward_on_alternate_launches(kind):
+    """A backward task hands each home block's chunks out last first, and the device's
+    parallel launches alternate the two orders: a kernel starts with the rows the one before it
+    touched last, still in that core's cache."""
+    from torch_zyx.runtime import cpu
+
+    ctx = _cpu_context()
+    calls = _cpu_calls(kind)
+    program = ctx.runtime.compile("zyx_order", _ORDER_KERNEL)
+    orders = []
+    for backward in (0, 1):
+        out, count = torch.full((6,), -1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+        task = calls.Task([out.data_ptr(), count.data_ptr()], [], 6, 1, 2, backward)
+        calls.entry(program.parallel_address, task)  # (one thread: it starts with its CPU's block)
+        orders.append(out.tolist())
+    for order in orders:
+        assert sorted(order) == list(range(6))
+    forward, backward = orders
+    # Within each home block ([0, 3) and [3, 6)) the chunks go up, then down.
+    for block in (slice(0, 3), slice(3, 6)):
+        assert forward[block] == sorted(forward[block])
+        assert backward[block] == sorted(backward[block], reverse=True)
+    directions = []
+    real_task = cpu.CALLS.Task
+
+    def spy(*args):
+        directions.append(args[5])
+        return real_task(*args)
+
+    x = torch.randn(1 << 20)
+    xz = x.to(torch.device("zyx", ctx.index))
+    try:
+        cpu.CALLS.Task = spy
+        for _ in range(3):
+            assert_close(xz * 3, x * 3)
+    finally:
+        cpu.CALLS.Task = real_task
+    if ctx.runtime.threads > 1:
+        assert len(directions) == 3 and directions[0] != directions[1] != directions[2]
 
 
 def _openmp_device(monkeypatch, team_size: bool = False):

@@ -7,11 +7,13 @@
  * when the interpreter's caches are cold after a large kernel. This module does the same in C,
  * with the same contract (runtime/foreign.py picks it when it is built, ctypes otherwise):
  *
- *   Task(pointers, params, end, chunk, homes)   one launch's task (what the parallel entry
- *                                          reads: { ptr buffers, ptr params, ptr counters,
- *                                          i64 end, i64 chunk, i64 homes }), owning its two
- *                                          arrays and its ``homes`` chunk counters (zeroed, one
- *                                          per cache line); ``address``
+ *   Task(pointers, params, end, chunk, homes, backward)   one launch's task (what the parallel
+ *                                          entry reads: { ptr buffers, ptr params, ptr counters,
+ *                                          i64 end, i64 chunk, i64 homes, i64 backward }),
+ *                                          owning its two arrays and its ``homes`` chunk
+ *                                          counters (zeroed, one per cache line); ``backward``
+ *                                          (default 0): each home block's chunks last first
+ *                                          (cpu.py ``_PARALLEL_ENTRY``); ``address``
  *   serial(kernel, pointers, params, start, end)   kernel(buffers, params, start, end)
  *   entry(entry, task)                     the parallel entry on this thread: entry(task)
  *   omp_parallel(parallel, entry, task, threads)   GOMP_parallel(entry, task, threads, 0)
@@ -36,6 +38,7 @@ typedef struct {
     int64_t end;
     int64_t chunk;
     int64_t homes;
+    int64_t backward;  /* 1: each home block's chunks are taken last first */
 } TaskData;
 
 /* Words between two homes' counters: one 64-byte cache line each (no false sharing). */
@@ -142,9 +145,9 @@ static PyObject *
 task_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *pointers, *params;
-    long long end, chunk, homes;
+    long long end, chunk, homes, backward = 0;
     Arrays arrays;
-    if (!PyArg_ParseTuple(args, "OOLLL:Task", &pointers, &params, &end, &chunk, &homes))
+    if (!PyArg_ParseTuple(args, "OOLLL|L:Task", &pointers, &params, &end, &chunk, &homes, &backward))
         return NULL;
     if (chunk < 1 || homes < 1 || homes > MAX_HOMES) {
         PyErr_Format(PyExc_ValueError, "Task: chunk %lld and homes %lld must be positive (homes <= %d)",
@@ -170,6 +173,7 @@ task_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     task->data.end = end;
     task->data.chunk = chunk;
     task->data.homes = homes;
+    task->data.backward = backward != 0;
     return (PyObject *)task;
 }
 
@@ -190,7 +194,8 @@ static PyTypeObject TaskType = {
     .tp_basicsize = offsetof(TaskObject, words),
     .tp_itemsize = sizeof(int64_t),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Task(pointers, params, end, chunk, homes): one parallel launch's task and its arrays.",
+    .tp_doc = "Task(pointers, params, end, chunk, homes, backward=0): one parallel launch's task and "
+               "its arrays.",
     .tp_getset = task_getset,
     .tp_new = task_new,
 };

@@ -43,8 +43,14 @@ _PARALLEL_SUFFIX = "_parallel"
 # the previous one wrote (or read) there in that core's L2 cache, as with OpenMP's static
 # schedule, and a thread that is late or shares its core leaves its chunks to the others. (One
 # counter for all chunks handed them out in arrival order, a different core each launch.)
+# Every other launch takes each block's chunks last first (the task's ``backward``): a core's
+# block is about as large as its L2 (a 1024x4096 float layer norm on 16 cores: 1 MiB in and
+# 1 MiB out per core), and swept in the same order every launch it would miss in L2 on every
+# line, each line evicted just before it is needed again; swept the other way, the next launch
+# starts with the lines the last one touched, still there. 16-core host, synced calls in a loop:
+# layer norm 1024x4096 192-211 -> 147-176 us per call, x * 2 on 16 MiB 188 -> 131 us.
 _PARALLEL_ENTRY = """
-%zyx.task = type {{ ptr, ptr, ptr, i64, i64, i64 }}
+%zyx.task = type {{ ptr, ptr, ptr, i64, i64, i64, i64 }}
 {cpu_declare}
 define void @{name}{suffix}(ptr %task) {{
 entry:
@@ -59,6 +65,9 @@ entry:
   %chunk = load i64, ptr %chunk.at
   %homes.at = getelementptr %zyx.task, ptr %task, i32 0, i32 5
   %homes = load i64, ptr %homes.at
+  %backward.at = getelementptr %zyx.task, ptr %task, i32 0, i32 6
+  %backward.word = load i64, ptr %backward.at
+  %backward = icmp ne i64 %backward.word, 0
   %span = add i64 %end, %chunk
   %span1 = sub i64 %span, 1
   %chunks = udiv i64 %span1, %chunk
@@ -79,13 +88,17 @@ home:
   %h1 = add i64 %h, 1
   %hi.num = mul i64 %h1, %chunks
   %hi = udiv i64 %hi.num, %homes
+  %in.home = sub i64 %hi, %lo
+  %last = sub i64 %hi, 1
   %slot = mul i64 %h, {counter_words}
   %counter = getelementptr i64, ptr %counters, i64 %slot
   br label %take
 take:
   %taken = atomicrmw add ptr %counter, i64 1 monotonic
-  %index = add i64 %lo, %taken
-  %have = icmp ult i64 %index, %hi
+  %forward = add i64 %lo, %taken
+  %from.last = sub i64 %last, %taken
+  %index = select i1 %backward, i64 %from.last, i64 %forward
+  %have = icmp ult i64 %taken, %in.home
   br i1 %have, label %run, label %next_home
 run:
   %start = mul i64 %index, %chunk
@@ -203,7 +216,8 @@ class CPUProgram:
         chunk = max(grain, -(-global_size // (8 * threads)))
         per_worker = _MIN_CHUNKS_PER_WORKER if threads > _SMALL_TEAM else 1
         workers = min(threads, -(-global_size // (chunk * per_worker)))
-        task = CALLS.Task(pointers, params, global_size, chunk, min(threads, MAX_HOMES))
+        device.backward = backward = 1 - device.backward  # (see _PARALLEL_ENTRY)
+        task = CALLS.Task(pointers, params, global_size, chunk, min(threads, MAX_HOMES), backward)
         return device.team.launch(self.parallel_address, task, workers, wait_events, buffers,
                                   work >= _DETACH_WORK)
 
@@ -240,6 +254,7 @@ class CPUDevice:
         # thread team) freed left every later compile a dangling one: a segfault.
         self.target_machine = self.new_target_machine()
         self.threads = CONFIG.threads
+        self.backward = 0  # the order the last parallel launch took its chunks in (_PARALLEL_ENTRY)
         # Which CPU a thread of the parallel entry runs on (glibc's sched_getcpu: a vDSO read);
         # elsewhere every thread starts with the first block.
         if "linux" in self.triple:

@@ -10,8 +10,9 @@ Stage 6 of the flow (... → renderer → **device**); cpu.py and cpu_team.py la
   times that when the interpreter's caches are cold after a large kernel.
 - ``CtypesCalls`` below: the same through ctypes (no C compiler at install, or ZYX_NATIVE=0).
 
-The surface: ``Task(pointers, params, end, chunk, homes)`` (one parallel launch's task as the
-parallel entry reads it, ``{ ptr buffers, ptr params, ptr counters, i64 end, i64 chunk, i64 homes }``,
+The surface: ``Task(pointers, params, end, chunk, homes, backward=0)`` (one parallel launch's task
+as the parallel entry reads it, ``{ ptr buffers, ptr params, ptr counters, i64 end, i64 chunk,
+i64 homes, i64 backward }``,
 owning both arrays and the homes' chunk counters, one per cache line; ``.address``),
 ``serial(kernel, pointers, params, start, end)``, ``entry(entry, task)``,
 ``omp_parallel(parallel, entry, task, threads)``, ``omp_start(start, entry, task, threads)``,
@@ -54,13 +55,15 @@ class CtypesTask(ctypes.Structure):
     """``_launch.Task`` through ctypes."""
 
     _fields_ = [("buffers", ctypes.c_void_p), ("params", ctypes.c_void_p), ("counters", ctypes.c_void_p),
-                ("end", ctypes.c_int64), ("chunk", ctypes.c_int64), ("homes", ctypes.c_int64)]
+                ("end", ctypes.c_int64), ("chunk", ctypes.c_int64), ("homes", ctypes.c_int64),
+                ("backward", ctypes.c_int64)]
 
-    def __init__(self, pointers: list[int], params: list[int], end: int, chunk: int, homes: int):
+    def __init__(self, pointers: list[int], params: list[int], end: int, chunk: int, homes: int,
+                 backward: int = 0):
         self._arrays = _arrays(pointers, params)  # (the task owns them)
         self._counters = (ctypes.c_int64 * (homes * COUNTER_WORDS))()
         super().__init__(ctypes.addressof(self._arrays[0]), ctypes.addressof(self._arrays[1]),
-                         ctypes.addressof(self._counters), end, chunk, homes)
+                         ctypes.addressof(self._counters), end, chunk, homes, int(backward != 0))
 
     @property
     def address(self) -> int:
