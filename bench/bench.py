@@ -140,10 +140,11 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per block")
     parser.add_argument("--rounds", type=int, default=5, help="alternating zyx / torch blocks")
+    parser.add_argument("--settle", type=int, default=3, help="untimed calls before each block")
     args = parser.parse_args()
     results = []
     for name, fn, cpu_args, target in cases():
-        row = bench_case(name, fn, cpu_args, args.repeats, rounds=args.rounds)
+        row = bench_case(name, fn, cpu_args, args.repeats, rounds=args.rounds, settle=args.settle)
         results.append((*row, target))
     record_us = bench_recording()
     floor_us = bench_dispatch_floor()
@@ -164,7 +165,7 @@ def main() -> None:
         for line in lines:
             print(f"| {' | '.join(line)} |")
         print(f"\n{threads}; median over {args.rounds} alternating blocks of {args.repeats} calls, "
-              "each after 3 untimed calls of its side.")
+              f"each after {args.settle} untimed calls of its side.")
     else:
         widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
         for line in [header, *lines]:

@@ -849,12 +849,8 @@ entry:
 
 
 @pytest.mark.parametrize("kind", ["c", "ctypes"])
-def test_parallel_entry_takes_chunks_backward_on_alternate_launches(kind):
-    """A backward task hands each home block's chunks out last first, and the device's
-    parallel launches alternate the two orders: a kernel starts with the rows the one before it
-    touched last, still in that core's cache."""
-    from torch_zyx.runtime import cpu
-
+def test_parallel_entry_takes_chunks_backward(kind):
+    """A backward task hands each home block's chunks out last first."""
     ctx = _cpu_context()
     calls = _cpu_calls(kind)
     program = ctx.runtime.compile("zyx_order", _ORDER_KERNEL)
@@ -871,6 +867,15 @@ def test_parallel_entry_takes_chunks_backward_on_alternate_launches(kind):
     for block in (slice(0, 3), slice(3, 6)):
         assert forward[block] == sorted(forward[block])
         assert backward[block] == sorted(backward[block], reverse=True)
+
+
+def test_parallel_launches_alternate_the_chunk_order(monkeypatch):
+    """The device's parallel launches alternate the two orders: a kernel starts with the rows
+    the one before it touched last, still in that core's cache."""
+    from torch_zyx.runtime import cpu
+
+    ctx = _cpu_context()
+    monkeypatch.setattr(ctx.runtime, "threads", 2)  # (parallel launches on any machine)
     directions = []
     real_task = cpu.CALLS.Task
 
@@ -878,16 +883,12 @@ def test_parallel_entry_takes_chunks_backward_on_alternate_launches(kind):
         directions.append(args[5])
         return real_task(*args)
 
+    monkeypatch.setattr(cpu.CALLS, "Task", spy)
     x = torch.randn(1 << 20)
     xz = x.to(torch.device("zyx", ctx.index))
-    try:
-        cpu.CALLS.Task = spy
-        for _ in range(3):
-            assert_close(xz * 3, x * 3)
-    finally:
-        cpu.CALLS.Task = real_task
-    if ctx.runtime.threads > 1:
-        assert len(directions) == 3 and directions[0] != directions[1] != directions[2]
+    for _ in range(3):
+        assert_close(xz * 3, x * 3)
+    assert len(directions) == 3 and directions[0] != directions[1] != directions[2]
 
 
 def _openmp_device(monkeypatch, team_size: bool = False):

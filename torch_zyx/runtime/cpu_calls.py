@@ -12,8 +12,8 @@ Stage 6 of the flow (... → renderer → **device**); cpu.py and cpu_team.py la
 
 The surface: ``Task(pointers, params, end, chunk, homes, backward=0)`` (one parallel launch's task
 as the parallel entry reads it, ``{ ptr buffers, ptr params, ptr counters, i64 end, i64 chunk,
-i64 homes, i64 backward }``,
-owning both arrays and the homes' chunk counters, one per cache line; ``.address``),
+i64 homes, i64 backward }``, owning both arrays and the homes' chunk counters, one per cache
+line; ``.address``; backward: each home block's chunks last first, cpu.py ``_PARALLEL_ENTRY``),
 ``serial(kernel, pointers, params, start, end)``, ``entry(entry, task)``,
 ``omp_parallel(parallel, entry, task, threads)``, ``omp_start(start, entry, task, threads)``,
 ``omp_end(end)`` and ``omp_team_size(fn)``. Every call that runs machine code releases the GIL.
