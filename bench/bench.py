@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_zyx
+from torch_zyx.execute import contexts
 
 
 def chain(x):
@@ -156,7 +157,7 @@ def main() -> None:
                       "yes" if speedup >= target else "NO"))
     lines.append(("recording cost per lazy op", f"{record_us:.1f} us", f"floor {floor_us:.1f} us",
                   f"{record_us / floor_us:.1f}x floor", "<= 30 us", "yes" if record_us <= 30 else "NO"))
-    team = getattr(torch_zyx.realize.devices()[0].runtime, "team", None)
+    team = getattr(contexts.devices()[0].runtime, "team", None)
     threads = (f"zyx threads={torch_zyx.config.CONFIG.threads} ({type(team).__name__}), "
                f"torch threads={torch.get_num_threads()}")
     if args.markdown:

@@ -65,19 +65,19 @@ def _device_sync() -> None:
     # torch.zyx.synchronize() realizes every pending result, then waits on the event table;
     # but freeing a kernel's temporaries takes the events that also cover its output, so the
     # table can be empty while kernels still run. Finishing the OpenCL queues waits for real.
-    from torch_zyx import realize
+    from torch_zyx.execute import contexts
 
     torch.zyx.synchronize()
-    for ctx in realize.devices():
+    for ctx in contexts.devices():
         queue = getattr(ctx.runtime, "queue", None)
         if queue is not None:
             queue.finish()
 
 
 def _opencl_device() -> torch.device | None:
-    from torch_zyx import realize
+    from torch_zyx.execute import contexts
 
-    for ctx in realize.devices():
+    for ctx in contexts.devices():
         if ctx.runtime.name == "opencl":
             print(f"zyx:{ctx.index} {ctx.runtime.describe()}")
             return torch.device("zyx", ctx.index)

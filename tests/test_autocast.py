@@ -1,6 +1,6 @@
 """Mixed precision on zyx: ``torch.autocast("zyx")`` applies CUDA's per-op dtype policies
-(torch_zyx/autocast.py) and ``torch.amp.GradScaler("zyx")`` scales, unscales and updates on the
-device (ops/amp.py). References are CPU torch computing the same casts explicitly, and CPU
+(torch_zyx/integration/autocast.py) and ``torch.amp.GradScaler("zyx")`` scales, unscales and updates on the
+device (ops/optim/amp.py). References are CPU torch computing the same casts explicitly, and CPU
 torch's own GradScaler ops."""
 
 import copy

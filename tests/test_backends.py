@@ -12,18 +12,18 @@ import pytest
 import torch
 from conftest import assert_close
 
-from torch_zyx import realize
 from torch_zyx.codegen.llvm import STREAM_STORE_BYTES
 from torch_zyx.config import CONFIG
+from torch_zyx.execute import contexts, realize
 
-if not realize._devices and "opencl" not in CONFIG.backends:
+if not contexts._devices and "opencl" not in CONFIG.backends:
     CONFIG.backends = [*CONFIG.backends, "opencl"]
 
 BACKENDS = ["cpu", "opencl"]
 
 
 def _device_for(backend: str) -> torch.device:
-    for ctx in realize.devices():
+    for ctx in contexts.devices():
         if ctx.runtime.name == backend:
             return torch.device("zyx", ctx.index)
     if backend == "opencl":
@@ -44,7 +44,7 @@ def dev(request) -> torch.device:
 
 
 def _supports(device: torch.device, dtype_name: str) -> bool:
-    runtime = realize.devices()[device.index].runtime
+    runtime = contexts.devices()[device.index].runtime
     return getattr(runtime, "supports", lambda _name: True)(dtype_name)
 
 
@@ -95,7 +95,7 @@ def test_layer_norm(dev):
 
 
 def _on_cpu_runtime(dev) -> bool:
-    return dev.type == "zyx" and realize.devices()[dev.index].runtime.name == "cpu"
+    return dev.type == "zyx" and contexts.devices()[dev.index].runtime.name == "cpu"
 
 
 def _launched(monkeypatch, compute):
@@ -228,7 +228,7 @@ def test_large_outputs(dev, monkeypatch):
     if cpu:
         # The device streams from a quarter of its last-level cache up (75 MB on a 300 MB L3):
         # these sizes stream with the renderer's base threshold.
-        options = realize.devices()[dev.index].render_options
+        options = contexts.devices()[dev.index].render_options
         assert options["stream_store_bytes"] >= STREAM_STORE_BYTES
         monkeypatch.setitem(options, "stream_store_bytes", STREAM_STORE_BYTES)
     x = torch.randn(1 << 20 | 7)
@@ -252,7 +252,7 @@ def test_large_outputs(dev, monkeypatch):
         got, sources = _launched(monkeypatch, lambda: torch.nn.functional.layer_norm(lines.to(dev), (1024,)))
         assert_close(got, torch.nn.functional.layer_norm(lines, (1024,)), rtol=1e-4, atol=1e-4)
         name = re.search(r"define void @(\w+)\(", sources[-1]).group(1)
-        optimized = realize.devices()[dev.index].runtime.optimized_ir(name, sources[-1])
+        optimized = contexts.devices()[dev.index].runtime.optimized_ir(name, sources[-1])
         stores = re.findall(r"store <\d+ x float>.*", optimized)
         assert stores and all("!nontemporal" in store for store in stores)
         # softmax keeps its rows in cache (three passes over each) and reads the next row as it
@@ -382,7 +382,7 @@ def test_grouped_reduce_in_chain(dev):
 
 def test_opencl_grouped_kernels_are_used():
     dev = _device_for("opencl")
-    ctx = realize.devices()[dev.index]
+    ctx = contexts.devices()[dev.index]
     x = torch.randn(8, 4096)
     before = {id(v[0]) for v in realize._lowered.values()}
     assert_close(x.to(dev).sum(-1) * 2, x.sum(-1) * 2, rtol=1e-4, atol=1e-3)
@@ -396,7 +396,7 @@ def test_opencl_grouped_kernels_are_used():
 
 def test_opencl_async_copies_and_pool_reuse():
     dev = _device_for("opencl")
-    ctx = realize.devices()[dev.index]
+    ctx = contexts.devices()[dev.index]
     pool = ctx.pool
     x = torch.randn(256, 1024)
     # Host→device copies are asynchronous: their events wait in the table, not on the host.

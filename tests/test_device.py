@@ -13,8 +13,9 @@ import torch
 from conftest import ZYX0_BACKEND, assert_close
 
 import torch_zyx
-from torch_zyx import device_guard, dispatch
+from torch_zyx import dispatch
 from torch_zyx.config import CONFIG
+from torch_zyx.integration import device_guard
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -378,7 +379,7 @@ def test_timing_events_and_streams():
     time.sleep(0.05)
     end.record()
     end.synchronize()
-    assert not torch_zyx.pending.is_lazy(y._storage._value)  # (realized by the record)
+    assert not torch_zyx.record.pending.is_lazy(y._storage._value)  # (realized by the record)
     assert 45.0 <= start.elapsed_time(end) <= 5000.0
     plain = zyx.Event()
     plain.record()
@@ -538,7 +539,7 @@ def test_no_fallback_in_backward_raises_from_backward(monkeypatch):
 
 _DEFERRED_SCRIPT = """
 import torch
-from torch_zyx import device_guard
+from torch_zyx.integration import device_guard
 from torch_zyx.config import CONFIG
 from torch_zyx.ops import registry
 assert not device_guard.native()
@@ -695,9 +696,9 @@ def test_forked_child_can_launch_kernels():
 
 def _cpu_context():
     """The first CPU device's context (skips the test when no CPU backend is enabled)."""
-    from torch_zyx import realize
+    from torch_zyx.execute import contexts
 
-    contexts = [ctx for ctx in realize.devices() if ctx.runtime.name == "cpu"]
+    contexts = [ctx for ctx in contexts.devices() if ctx.runtime.name == "cpu"]
     if not contexts:
         pytest.skip("no CPU backend is enabled (ZYX_BACKENDS)")
     return contexts[0]
@@ -919,9 +920,9 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
     # wait from another thread blocks until the launcher settles.
     import threading
 
-    from torch_zyx import realize
+    from torch_zyx.execute import realize
+    from torch_zyx.record.tensor import read
     from torch_zyx.runtime import cpu
-    from torch_zyx.tensor import read
 
     ctx = _openmp_device(monkeypatch)
     monkeypatch.setattr(ctx.runtime, "threads", 2)
@@ -953,9 +954,9 @@ def test_openmp_region_is_joined_by_its_launcher(monkeypatch):
 def test_openmp_launcher_idles_on_large_teams(monkeypatch):
     # On a team of IDLE_LAUNCHER_TEAM threads or more the launcher of a detached region takes
     # no chunks (its caches keep the interpreter's working set); the other threads compute all.
-    from torch_zyx import realize
+    from torch_zyx.execute import realize
+    from torch_zyx.record.tensor import read
     from torch_zyx.runtime import cpu_team
-    from torch_zyx.tensor import read
 
     ctx = _openmp_device(monkeypatch, team_size=True)
     x = torch.randn(1 << 20)

@@ -126,9 +126,9 @@ def test_row_reduce_fusion_keeps_other_patterns_right(counters):
 def test_row_kernels_with_work_groups(counters):
     # Devices with work groups and no row loops (GPUs): one work group per row, its row
     # reduces as group reduces. Checked on OpenCL (PoCL) with those options forced.
-    from torch_zyx import realize
+    from torch_zyx.execute import contexts, realize
 
-    ctx = realize.devices()[0]
+    ctx = contexts.devices()[0]
     if ctx.runtime.name != "opencl" or ctx.lowering.group_size < 2:
         pytest.skip("needs an OpenCL device as zyx:0 (make test-opencl): CPU kernels have no work groups")
     saved = ctx.lowering
@@ -153,10 +153,10 @@ def test_matmul_register_tiles(counters, monkeypatch, tile):
     # 4 x 16); both must give the same results and kernels whatever divides the shapes: rows
     # by the tile's, by 4 or by 2 only, columns by the tile's or by 16 only, operands packed
     # (large) or read in place, a computed operand (ReLU's gradient) stored first.
-    from torch_zyx import realize
+    from torch_zyx.execute import contexts, realize
     from torch_zyx.lazy.panels import MatmulTile
 
-    ctx = realize.devices()[0]
+    ctx = contexts.devices()[0]
     monkeypatch.setattr(ctx, "lowering", dataclasses.replace(ctx.lowering, matmul_tile=MatmulTile(*tile)))
     monkeypatch.setattr(realize, "_plans", {})  # (plans and kernels built for the other tile)
     monkeypatch.setattr(realize, "_lowered", {})

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import assert_close, check, make
 
 import torch_zyx
-from torch_zyx import realize
+from torch_zyx.execute import realize
 
 
 def test_index_select_gather_scatter():

@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import ZYX0_BACKEND
 
+from torch_zyx.execute.contexts import devices
 from torch_zyx.memory.events import Event, EventTable
 from torch_zyx.memory.host import HostPool
-from torch_zyx.realize import devices
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -203,7 +203,7 @@ def test_disk_kernel_cache_reused_by_second_process(tmp_path, monkeypatch):
     monkeypatch.setattr(CONFIG, "disk_cache", True)
     monkeypatch.setattr(ctx.runtime, "_cache_dir", tmp_path / "llvm")
     monkeypatch.setattr(ctx, "programs", {})
-    monkeypatch.setattr("torch_zyx.realize._plans", {})
+    monkeypatch.setattr("torch_zyx.execute.realize._plans", {})
     x = torch.arange(777, dtype=torch.float32, device="zyx")
     ((x * 0.25 + 7.5).sin() * x).sum().item()  # the same graph as _CACHE_SCRIPT
     objects = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "llvm").glob("*.o")}
@@ -221,7 +221,7 @@ def test_pinned_host_memory():
     True) ask its hooks for pinned memory (they raised "register PrivateUse1HooksInterface")."""
     from torch.utils.data import DataLoader, TensorDataset
 
-    from torch_zyx import device_guard
+    from torch_zyx.integration import device_guard
 
     if not device_guard.native_hooks():
         pytest.skip("pinned memory needs zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")

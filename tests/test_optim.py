@@ -1,5 +1,5 @@
 """torch.optim's fused steps (``fused=True``) on zyx: the same model, data and optimizer on zyx and
-on CPU torch (whose fused kernels ops/optim.py follows) give the same parameters and state, with
+on CPU torch (whose fused kernels ops/optim/fused.py follows) give the same parameters and state, with
 half-precision parameters, gradient scaling and skipped steps; the step stays on the device."""
 
 import copy

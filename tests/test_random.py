@@ -1,7 +1,7 @@
 """Random numbers on zyx: ``torch.manual_seed`` makes every random op reproducible, the RNG state
 saves and restores the sequence, and the distributions are what PyTorch promises.
 
-zyx's generator is counter-based (torch_zyx/random.py), so values differ from CPU torch's
+zyx's generator is counter-based (torch_zyx/record/random.py), so values differ from CPU torch's
 Mersenne Twister: tests compare zyx with itself and check distribution properties.
 """
 
@@ -146,7 +146,7 @@ GENERATOR_DRAWS = {
 
 @pytest.fixture
 def zyx_generators():
-    from torch_zyx import device_guard
+    from torch_zyx.integration import device_guard
 
     if not device_guard.native_hooks():
         pytest.skip("torch.Generator(device='zyx') needs zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")
@@ -198,7 +198,7 @@ def _ks_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     return (cdf_a - cdf_b).abs().max().item()
 
 
-# Rejection samplers (ops/rejection.py) against CPU torch's: 20000 draws each; the KS critical
+# Rejection samplers (ops/random/rejection.py) against CPU torch's: 20000 draws each; the KS critical
 # value at the 0.1% level is ~0.0195 (values differ draw by draw: another generator).
 REJECTION_SAMPLERS = {
     **{f"gamma {a}": (torch._standard_gamma, a) for a in (0.05, 1.0, 30.0)},
@@ -211,7 +211,7 @@ REJECTION_SAMPLERS = {
 def test_rejection_samplers_match_cpu_distribution(name, attempts, no_fallback, monkeypatch):
     """``attempts=1``: one attempt per round, so elements take several rounds (read-backs)."""
     if attempts is not None:
-        monkeypatch.setattr("torch_zyx.ops.rejection._ATTEMPTS", attempts)
+        monkeypatch.setattr("torch_zyx.ops.random.rejection._ATTEMPTS", attempts)
     op, parameter = REJECTION_SAMPLERS[name]
     torch.manual_seed(0)
     values = torch.full((20000,), parameter)
@@ -292,8 +292,8 @@ def test_dirichlet_grad_matches_cpu(dtype, no_fallback):
 def test_binomial_matches_cpu_distribution(count, prob, attempts, no_fallback, monkeypatch):
     """Inversion below count * p = 10, BTRS above, p > 0.5 through 1 - p; edge values as CPU."""
     if attempts is not None:
-        monkeypatch.setattr("torch_zyx.ops.rejection._ATTEMPTS", attempts)
-        monkeypatch.setattr("torch_zyx.ops.rejection._PRODUCT_TERMS", 2)
+        monkeypatch.setattr("torch_zyx.ops.random.rejection._ATTEMPTS", attempts)
+        monkeypatch.setattr("torch_zyx.ops.random.rejection._PRODUCT_TERMS", 2)
     torch.manual_seed(0)
     counts, probs = torch.full((20000,), float(count)), torch.full((20000,), prob)
     got = torch.binomial(counts.to("zyx"), probs.to("zyx")).cpu()

@@ -1,7 +1,7 @@
 """Recurrent networks on zyx: nn.LSTM, nn.GRU, nn.RNN and their cells give CPU torch's outputs,
 hidden states and gradients, and train as on CPU torch. On an accelerator device ATen runs
 each LSTM/GRU step through the fused cell ops (``_thnn_fused_lstm_cell``, ``_thnn_fused_gru_cell``
-and their backward ops), which have no CPU kernel to fall back to: ops/rnn.py lowers them.
+and their backward ops), which have no CPU kernel to fall back to: ops/nn/rnn.py lowers them.
 """
 
 import copy

@@ -254,7 +254,7 @@ def test_save_keeps_views_of_one_storage_shared(map_location):
         loaded["t"][0, 2] = -1.0
         return buf.getbuffer().nbytes, loaded
 
-    from torch_zyx import tensor
+    from torch_zyx.record import tensor
 
     zyx_bytes, zyx = save_load("zyx")
     cpu_bytes, cpu = save_load("cpu")
@@ -270,7 +270,7 @@ def test_save_keeps_views_of_one_storage_shared(map_location):
 def test_load_cpu_checkpoint_to_zyx(location):
     """torch.load(map_location=...) of a CPU checkpoint gives zyx tensors, views with their
     strides, every dtype (it crashed the process: a zyx storage had no allocator)."""
-    from torch_zyx import device_guard
+    from torch_zyx.integration import device_guard
 
     if not device_guard.native_hooks():
         pytest.skip("zyx storages need zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")
@@ -301,7 +301,7 @@ def test_load_cpu_checkpoint_to_zyx(location):
 def test_load_to_zyx_keeps_views_of_one_storage_shared():
     """Tensors saved as views of one storage (tied weights, slices) load under
     map_location="zyx" as views of one zyx storage: a write through one shows in the others."""
-    from torch_zyx import device_guard
+    from torch_zyx.integration import device_guard
 
     if not device_guard.native_hooks():
         pytest.skip("zyx storages need zyx's C++ hooks (no C++ compiler, or ZYX_NATIVE=0)")
@@ -361,7 +361,7 @@ def test_deepcopy_tensor_parameter_module():
         copy.deepcopy(torch.randn(2, device="zyx", requires_grad=True) * 2)
 
 
-# Views whose metadata the dispatcher computes itself (ops/movement.py) rather than through
+# Views whose metadata the dispatcher computes itself (ops/core/movement.py) rather than through
 # PyTorch's meta tensors: sizes, strides and offsets must be PyTorch's, errors too.
 VIEW_METADATA = {
     "view": lambda x: x.view(3, 8), "view_infer": lambda x: x.view(-1, 2, 1),
@@ -429,7 +429,7 @@ def test_live_lazy_values_are_realized_together_and_dead_ones_never():
 
 
 def test_inplace_on_a_realized_tensor_is_realized_by_synchronize():
-    from torch_zyx.pending import pending_storages
+    from torch_zyx.record.pending import pending_storages
 
     x = torch.zeros(5, device="zyx")
     x.cpu()

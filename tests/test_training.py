@@ -174,7 +174,7 @@ def test_steady_state_training_loop(counters):
 
 
 # The foreach forms an optimizer step uses, on lists of tensors of several shapes: those the
-# fast path builds nodes for (foreach.py), and forms it hands to the general path (a view that
+# fast path builds nodes for (ops/optim/foreach.py), and forms it hands to the general path (a view that
 # is not its whole storage, float16, a bool scalar, a tensor of scalars).
 FOREACH_CASES = {
     "add_.Scalar": lambda t, u, v: torch._foreach_add_(t, 0.3),
@@ -204,7 +204,7 @@ FOREACH_GENERAL = {"mul_.Scalar bool", "addcdiv_.Tensor"}
 @pytest.mark.parametrize("layout", ["whole", "views", "float16"])
 @pytest.mark.parametrize("name", list(FOREACH_CASES))
 def test_foreach_ops_match_cpu(name, layout, monkeypatch):
-    from torch_zyx.ops import foreach
+    from torch_zyx.ops.optim import foreach
 
     per_element = []  # the general path's per-tensor calls
     element = foreach._element

@@ -1,6 +1,6 @@
 """Transformer modules in inference on zyx: PyTorch's fast path (eval mode, no autograd) calls
 fused ops (_native_multi_head_attention, _transformer_encoder_layer_fwd, _masked_softmax,
-_transform_bias_rescale_qkv) that ops/transformer.py writes with zyx ops; results against CPU
+_transform_bias_rescale_qkv) that ops/nn/transformer.py writes with zyx ops; results against CPU
 torch, no CPU fallback."""
 
 import copy

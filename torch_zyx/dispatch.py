@@ -22,20 +22,12 @@ import torch
 from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_map
 
-from . import device_guard, overlap, random
 from .config import CONFIG
 from .counters import bump
 from .ops import registry
-from .pending import defer_error, reraise_deferred
-from .tensor import (
-    ZyxTensor,
-    from_cpu,
-    read,
-    set_dispatcher,
-    to_cpu,
-    wrap,
-    write,
-)
+from .record import overlap, random
+from .record.pending import defer_error, reraise_deferred
+from .record.tensor import ZyxTensor, from_cpu, read, set_dispatcher, to_cpu, wrap, write
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
@@ -245,6 +237,17 @@ def _has_generic_kernel(func) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd")
 
 
+# Whether PyTorch runs zyx's C++ device guard (integration/device_guard.py), set when the
+# device is registered: only under it may an error propagate out of a backward node.
+_native_guard = False
+
+
+def set_native_guard(native: bool) -> None:
+    """Tell dispatch which device guard PyTorch uses (integration/registration.py)."""
+    global _native_guard
+    _native_guard = native
+
+
 def cpu_fallback(func, args, kwargs):
     """Run ``func`` on CPU copies and bring tensor results back to the zyx device."""
     name = str(func)
@@ -252,7 +255,7 @@ def cpu_fallback(func, args, kwargs):
     if not CONFIG.cpu_fallback:
         error = NotImplementedError(f"zyx: no lowering for {name} (dtypes {', '.join(dtypes_)}) and "
                                     "ZYX_CPU_FALLBACK=0")
-        if device_guard.native() or torch._C._current_autograd_node() is None:
+        if _native_guard or torch._C._current_autograd_node() is None:
             raise error
         # Under PyTorch's Python device guard (no C++ compiler, or ZYX_NATIVE=0) an exception
         # inside a backward node run by autograd's engine aborts the process (the guard calls

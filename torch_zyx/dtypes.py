@@ -1,6 +1,7 @@
 """zyx data types: the dtype vocabulary shared by the lazy graph, codegen and the runtimes.
 
-Only ``dispatch`` converts between these and ``torch.dtype``; later stages never import torch.
+Only the recording stage (record/tensor.py ``TORCH_TO_ZYX``) converts between these and
+``torch.dtype``; later stages never import torch.
 """
 
 from __future__ import annotations

@@ -403,7 +403,7 @@ class LLVMRenderer:
     def alias_tags(self, buf: int) -> str:
         """Alias scope of an access to kernel buffer ``buf`` (a BUF instruction): each buffer is
         its own scope, no access aliases another buffer's. Distinct buffers of one launch never
-        overlap: a kernel stores only into buffers allocated for that realization (realize.py),
+        overlap: a kernel stores only into buffers allocated for that realization (execute/realize.py),
         so LLVM may keep values in registers across stores and vectorize without run-time
         overlap checks (layer norm's row statistics were re-read after every output store)."""
         if self.kernel.n_buffers < 2:

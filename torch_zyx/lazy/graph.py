@@ -227,7 +227,7 @@ def gather(table: Node, index: Node, axis: int) -> Node:
     """``out[c] = table[c with c[axis] replaced by index[c]]`` for int64 ``index`` of ``table``'s
     rank and shape except along ``axis`` (torch.gather with the table cut to the index's
     shape). Entries must lie in [0, table.shape[axis]): callers wrap negative ones and check the
-    bounds (checks.py); a kernel clamps them, so a bad entry never reads outside the table.
+    bounds (record/checks.py); a kernel clamps them, so a bad entry never reads outside the table.
     Every indexed read (embedding, index_select, advanced indexing) is one: work proportional
     to the output, where a one-hot comparison against every table position costs that many
     times the table's extent along ``axis``."""

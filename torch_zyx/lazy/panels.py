@@ -1,6 +1,6 @@
 """Operand panels for matmul-shaped reduces: a graph rewrite run before kernelizing.
 
-A matmul is recorded as ``sum_k(A[..., m, 1, k] * B[..., 1, n, k])`` (``ops/matmul.py``).
+A matmul is recorded as ``sum_k(A[..., m, 1, k] * B[..., 1, n, k])`` (``ops/linalg/matmul.py``).
 Lowering computes it in register tiles of ``rows x cols`` outputs (a ``MatmulTile``, chosen
 per device; ``codegen/lower_loops.py``): every step of the k loop reads ``rows`` values of A
 and ``cols`` values of B. Read in place, those come from as many rows of a row-major

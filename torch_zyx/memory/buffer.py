@@ -20,7 +20,7 @@ class Buffer:
 
     def __init__(self, device, dtype: DType, numel: int):
         self.id = next(_ids)
-        self.device = device  # a realize.DeviceContext
+        self.device = device  # an execute.contexts.DeviceContext
         self.dtype, self.numel = dtype, numel
         self.raw, _event = device.pool.allocate(max(numel, 1) * dtype.itemsize)
 

@@ -1,41 +1,39 @@
 """aten op lowerings: each aten overload maps to a function that builds lazy nodes.
 
-Stage 1→2 of the flow. ``registry.LOWERINGS`` is the table the dispatcher consults; every
-module here registers its ops on import.
+Stage 1 of the flow (recording: dispatch.py → these lowerings → the tensor model in record/).
+``registry.LOWERINGS`` is the table the dispatcher consults; every module imported here
+registers its ops on import. The lowerings are grouped by family:
+
+- ``core/``: creation and copies (factory), views and movement, storage-changing ops;
+- ``math/``: elementwise math, special functions, reductions and scans;
+- ``indexing/``: indexing, gathers and scatters, searching and sorting;
+- ``nn/``: neural-network ops (softmax and losses, layer norm, convolution, pooling, CTC, RNN
+  cells, transformer fast path, distances, resampling);
+- ``linalg/``: matmul and dense linear algebra;
+- ``random/``: random numbers and samplers;
+- ``optim/``: fused optimizer steps, ``_foreach_*`` ops and gradient scaling.
+
+Shared helpers live next to the table: ``registry`` (operands, promotion, broadcasting),
+``expr`` (formula nodes), ``fastpath`` (recording fast paths), ``derived_backward``.
 """
 
-from . import (  # noqa: F401  (registration)
-    amp,
+from . import derived_backward  # noqa: F401  (registration)
+from .core import factory, movement, storage_views  # noqa: F401
+from .indexing import index, scatter, search, sort  # noqa: F401
+from .linalg import dense, ldl, matmul, spectral  # noqa: F401
+from .math import cephes, elementwise, igamma, polynomials, reduce, scan, special  # noqa: F401
+from .nn import (  # noqa: F401
     conv,
     ctc,
-    derived_backward,
     distance,
-    elementwise,
-    factory,
-    foreach,
+    functional,
     grid_sample,
-    index,
     layer_norm,
-    linalg,
-    linalg_ldl,
-    linalg_spectral,
     margin_losses,
-    matmul,
-    movement,
-    nn,
-    optim,
     pooling,
-    reduce,
-    rejection,
-    reparam,
     resample,
     rnn,
-    sampling,
-    scan,
-    scatter,
-    search,
-    sort,
-    special,
-    storage_views,
     transformer,
 )
+from .optim import amp, foreach, fused  # noqa: F401
+from .random import rejection, reparam, sampling  # noqa: F401

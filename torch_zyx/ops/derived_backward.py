@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch._decomp import decomposition_table
 
-from .margin_losses import multilabel_margin_loss
+from .nn.margin_losses import multilabel_margin_loss
 from .registry import aten, register
 
 _AUTOGRAD_KEYS = (torch._C.DispatchKey.AutogradFunctionality, torch._C.DispatchKey.ADInplaceOrView,

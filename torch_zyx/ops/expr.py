@@ -1,6 +1,6 @@
 """``Ex``: a float node with arithmetic operators, so formulas of special functions and of
-samplers read like arithmetic (cephes.py, igamma.py, polynomials.py, rejection.py, reparam.py,
-optim.py); Python numbers become constants of the node's dtype and shape.
+samplers read like arithmetic (math/cephes.py, igamma.py, polynomials.py; random/rejection.py,
+reparam.py; optim/fused.py); Python numbers become constants of the node's dtype and shape.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Recording fast paths of the elementwise table ops: the per-op cost of every model.
 
-The commonest signatures skip elementwise.py's general lowerings: a dense tensor that is its
+The commonest signatures skip math/elementwise.py's general lowerings: a dense tensor that is its
 whole storage (any op's fresh result, 0-d ones too: BatchNorm's batch counter), with a Python
 scalar or another such tensor of its shape and dtype, or alone (unary ops), and no cast
 needed. Each check and lookup is inline (a Python call costs ~0.1 us), the node is interned
@@ -17,7 +17,7 @@ import math
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import ZyxTensor, assign_whole, read, wrap_like
+from ..record.tensor import ZyxTensor, assign_whole, read, wrap_like
 from .registry import LOWERINGS, PROMOTE_DEFAULT, aten, fast_plan
 
 # aten ops that are one graph op on operands of one dtype and shape:
@@ -193,7 +193,7 @@ def _fast_unary(fn, kind, slow, inplace: bool):
 
 
 def install(unary: dict, binary: dict, bool_result: set) -> None:
-    """Put the fast lowerings in front of the general ones (elementwise.py's tables ``unary`` and
+    """Put the fast lowerings in front of the general ones (math/elementwise.py's tables ``unary`` and
     ``binary``: name → (function of nodes, promotion kind)), for the functional overloads already
     registered and the in-place overloads (which have no lowering of their own)."""
     kinds = {"add": PROMOTE_DEFAULT, "sub": PROMOTE_DEFAULT, "rsub": PROMOTE_DEFAULT,

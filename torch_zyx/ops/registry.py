@@ -9,7 +9,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..tensor import TORCH_TO_ZYX, ZYX_TO_TORCH, ZyxTensor, meta, read, wrap, zdtype
+from ..record.tensor import TORCH_TO_ZYX, ZYX_TO_TORCH, ZyxTensor, meta, read, wrap, zdtype
 
 aten = torch.ops.aten
 

@@ -1,9 +1,12 @@
 """Device runtimes: compile rendered source into programs and launch them (last stage of the flow).
 
-Every runtime module has the same small surface: a ``Device`` with ``name``, ``compile(name,
+Every runtime module has the same small surface: a ``Device`` with ``name``, ``renderer`` (the
+key of its renderer in execute/contexts.py ``RENDERERS``), ``describe()``, ``compile(name,
 source) → program``, ``pool`` (its memory pool), ``settle()`` (finish what the calling thread
 launched and left for itself to join: the CPU's OpenMP regions), and programs called as
-``program.launch(buffers, params, global_size, wait_events) → Event``.
+``program.launch(buffers, params, global_size, work, wait_events) → Event``. Optional device
+facts the executor reads when present: ``render_options``, ``matmul_tile``, and for work-group
+devices ``is_gpu``, ``compute_units``, ``max_group_size``, ``local_memory``.
 """
 
 

@@ -5,7 +5,7 @@
  * launch built a pointer array, a parameter array and a task structure as ctypes objects, and
  * each call converted its arguments: a few microseconds per launch warm, several times that
  * when the interpreter's caches are cold after a large kernel. This module does the same in C,
- * with the same contract (runtime/foreign.py picks it when it is built, ctypes otherwise):
+ * with the same contract (runtime/cpu_calls.py picks it when it is built, ctypes otherwise):
  *
  *   Task(pointers, params, end, chunk, homes, backward)   one launch's task (what the parallel
  *                                          entry reads: { ptr buffers, ptr params, ptr counters,

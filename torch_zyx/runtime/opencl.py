@@ -111,7 +111,7 @@ class OpenCLDevice:
         self.context = cl.Context([cl_device])
         self.queue = cl.CommandQueue(self.context, cl_device)
         self.pool = OpenCLPool(self.context, self.queue)
-        # Plain facts for the executor's lowering options (realize.py chooses from them).
+        # Plain facts for the executor's lowering options (execute/contexts.py chooses from them).
         self.is_gpu = bool(cl_device.type & cl.device_type.GPU)
         self.compute_units = cl_device.max_compute_units
         self.global_memory = cl_device.global_mem_size

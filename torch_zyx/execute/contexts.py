@@ -1,0 +1,132 @@
+"""zyx devices as the executor sees them: one ``DeviceContext`` per device (its runtime, pool,
+event table, compiled programs and scalar constants), and ``devices()``, which finds them in the
+configured backend order.
+
+Part of the executor (stage between the tensor model and codegen/runtime). The runtimes are
+the last stage of the flow: they are imported on first use, so importing torch_zyx does not
+load llvmlite's target machine or an OpenCL driver until a zyx tensor needs a device.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..codegen import llvm as llvm_renderer
+from ..codegen import opencl as opencl_renderer
+from ..codegen.lower import LoweringOptions
+from ..config import CONFIG, DEBUG_DEVICES, DEBUG_SOURCE
+from ..counters import bump
+from ..dtypes import pack_scalars
+from ..lazy.panels import DEFAULT_TILE
+from ..memory.buffer import ConstantBuffer
+from ..memory.events import EventTable
+
+log = logging.getLogger("torch_zyx")
+
+RENDERERS = {"llvm": llvm_renderer.render, "opencl": opencl_renderer.render}
+# Scalar parameter buffers kept per device (a few bytes each).
+_MAX_CONSTANTS = 256
+
+
+class DeviceContext:
+    """One zyx device: its runtime, pool, event table and compiled programs."""
+
+    def __init__(self, index: int, runtime):
+        self.index = index
+        self.runtime = runtime
+        self.pool = runtime.pool
+        self.events = EventTable()
+        self.programs: dict[str, object] = {}
+        self.render = RENDERERS[runtime.renderer]
+        # Device facts a renderer takes into account (the CPU's cache size for streaming stores).
+        self.render_options = getattr(runtime, "render_options", {})
+        self.lowering = lowering_options(runtime)
+        # (dtype, values) → the ConstantBuffer holding them: a graph realized again with the same
+        # scalar parameters (layer norm's eps and 1/n, an unchanged learning rate) reuses its
+        # buffer instead of allocating and copying one per realization.
+        self.constants: dict[tuple, ConstantBuffer] = {}
+
+    def constant(self, dtype, values: list[float]) -> ConstantBuffer:
+        """The scalar parameters ``values`` of ``dtype`` on this device."""
+        key = (dtype, tuple(values))  # finite non-zero floats (is_scalar_param): == is exact
+        buffer = self.constants.get(key)
+        if buffer is None:
+            if len(self.constants) >= _MAX_CONSTANTS:
+                # Values that change every step (Adam's bias corrections) would grow it forever.
+                # Dropping a buffer still in use is safe (see ConstantBuffer).
+                self.constants.clear()
+            buffer = self.constants[key] = ConstantBuffer(self, dtype, pack_scalars(dtype, values))
+        return buffer
+
+    def program(self, name: str, source: str):
+        program = self.programs.get(source)
+        if program is None:
+            if CONFIG.debug & DEBUG_SOURCE:
+                print(f"zyx source {name}:\n{source}")
+            program = self.runtime.compile(name, source)
+            self.programs[source] = program
+            bump("kernels_compiled")
+        return program
+
+    def synchronize(self) -> None:
+        for event in self.events.take_all():
+            event.wait()
+
+    def settle(self) -> None:
+        """Join the launches this thread left running (runtime ``settle``): the end of every
+        realization, once its Python bookkeeping ran next to its last kernel."""
+        self.runtime.settle()
+
+
+def lowering_options(runtime) -> LoweringOptions:
+    """What lowering may use on this device: grouped reduces need work groups (OpenCL)."""
+    if runtime.renderer != "opencl":
+        return LoweringOptions(matmul_tile=getattr(runtime, "matmul_tile", DEFAULT_TILE),
+                               pipeline_rows=runtime.renderer == "llvm")
+    # Two float64 partials per item must fit in the group's shared memory.
+    fit = max(1, runtime.local_memory // 16)
+    group = min(256, runtime.max_group_size, fit)
+    group = 1 << (group.bit_length() - 1)  # the tree halves: a power of two
+    few = min(1024, runtime.max_group_size, fit)
+    few = 1 << (few.bit_length() - 1)
+    # GPUs: group while the grouped launch still fills the device; CPU drivers run a group on
+    # one core, so there grouping pays only while there are not many more outputs than cores.
+    max_outputs = runtime.compute_units * (4096 if runtime.is_gpu else 64)
+    return LoweringOptions(group_size=group, few_group_size=few, few_outputs=runtime.compute_units,
+                           group_min_reduce=256, group_max_outputs=max_outputs,
+                           row_loops=not runtime.is_gpu)
+
+
+_devices: list[DeviceContext] = []
+def devices() -> list[DeviceContext]:
+    if not _devices:
+        from ..runtime.cpu import CPUDevice  # the runtime is the last stage: loaded on first use
+
+        # Devices are numbered in the configured backend order (ZYX_BACKENDS=opencl,cpu puts
+        # every OpenCL device before the CPU); a backend that finds nothing is skipped.
+        for name in CONFIG.backends:
+            if name == "cpu":
+                _devices.append(DeviceContext(len(_devices), CPUDevice()))
+            elif name == "opencl":
+                for runtime in _opencl_runtimes():
+                    _devices.append(DeviceContext(len(_devices), runtime))
+            else:
+                log.warning("zyx: backend %r is not available in this build; skipped", name)
+        if not _devices:
+            _devices.append(DeviceContext(0, CPUDevice()))
+        if CONFIG.debug & DEBUG_DEVICES:
+            for ctx in _devices:
+                print(f"zyx:{ctx.index} {ctx.runtime.describe()}")
+    return _devices
+
+
+def _opencl_runtimes() -> list:
+    try:
+        from ..runtime.opencl import opencl_devices
+    except ImportError as exc:
+        log.warning("zyx: backend 'opencl' skipped: pyopencl is not installed (%s); try `make ocl`", exc)
+        return []
+    runtimes, reason = opencl_devices()
+    if not runtimes:
+        log.warning("zyx: backend 'opencl' skipped: %s", reason)
+    return runtimes

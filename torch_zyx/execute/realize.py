@@ -1,0 +1,160 @@
+"""Realization: run the kernelizer, codegen and runtime for lazy values that must exist now.
+
+The executor between the lazy graph and the devices (contexts.py). ``realize(roots)`` looks the graph's
+structure up in the schedule cache (building kernels and programs only on a miss), binds the
+graph's buffers and random seeds, allocates temporaries from the device pool, launches every
+kernel with the events of the buffers it touches (ASYNC EVENT RULES) and returns one buffer
+per root. Nothing here knows about torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+
+from ..codegen.lower import lower
+from ..config import CONFIG, DEBUG_LAUNCHES, DEBUG_PERF, DEBUG_SCHEDULE
+from ..counters import bump
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from ..lazy.kernelize import GraphSignature, Schedule, kernelize
+from ..memory.buffer import Buffer
+from .contexts import DeviceContext
+
+log = logging.getLogger("torch_zyx")
+
+
+class Plan:
+    """A cached schedule with its compiled programs, and what a realization of it needs ready
+    (every realization of the key pays for what is computed here otherwise).
+
+    A realization's buffers form one list: the graph's input buffers (``sig.buffers``), then
+    the temporaries, then one scalar buffer per scalar group; ``launches`` refer to them by
+    index: (program, loop IR, slot indices, indices of the slots the event table tracks (not
+    the scalar buffers: see ConstantBuffer), random parameter indices)."""
+
+    def __init__(self, schedule: Schedule, programs: list, kernels_ir: list, n_inputs: int):
+        self.schedule = schedule
+        self.programs = programs
+        self.kernels_ir = kernels_ir
+        self.temps = schedule.temps
+        self.temp_bytes = sum(dtype.itemsize * numel for dtype, numel in schedule.temps)
+        first = {"in": 0, "tmp": n_inputs, "scalars": n_inputs + len(schedule.temps)}
+        self.launches = []
+        for kernel, program, loop in zip(schedule.kernels, programs, kernels_ir):
+            slots = tuple(first[kind] + ref for kind, ref in kernel.slots)
+            tracked = tuple(first[kind] + ref for kind, ref in kernel.slots if kind != "scalars")
+            self.launches.append((program, loop, slots, tracked, tuple(kernel.params)))
+        # Root ref < 0: input buffer -1 - ref.
+        self.root_slots = tuple(-1 - ref if ref < 0 else n_inputs + ref for ref in schedule.root_temps)
+
+
+# (device, slot dtypes, stores' ASTs) → (loop IR, program): lowering is the costly part of a miss.
+_lowered: dict[tuple, tuple] = {}
+_plans: dict[tuple, Plan] = {}
+
+
+def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
+    bump("kernelizer_runs")
+    schedule = kernelize(roots, sig, device.lowering.matmul_tile)
+    programs, kernels_ir = [], []
+    for k_index, kernel in enumerate(schedule.kernels):
+        dtypes_ = []
+        for kind, ref in kernel.slots:
+            if kind == "in":
+                dtypes_.append(sig.buffers[ref].dtype)
+            elif kind == "scalars":
+                dtypes_.append(sig.scalar_dtypes[ref])
+            else:
+                dtypes_.append(schedule.temps[ref][0])
+        if CONFIG.debug & DEBUG_SCHEDULE:
+            print(f"zyx schedule kernel {k_index}: shape {kernel.shape}, slots {kernel.slots}, "
+                  f"stores {[s.target for s in kernel.stores]}")
+            for store in kernel.stores:
+                print(f"    store t{store.target} view={store.view} <- {_ast_text(store.value)}")
+        # Nodes are hash-consed, so the same kernel in another graph (the next training step
+        # in one realization, or a new graph shape) has the very same AST objects: lower once.
+        lower_key = (device.index, tuple(dtypes_), len(kernel.slots), tuple(
+            (kernel.slots.index(("tmp", st.target)), st.value, st.view) for st in kernel.stores))
+        cached = _lowered.get(lower_key)
+        if cached is None:
+            loop = lower(kernel, "zyx_kernel", dtypes_, device.lowering)
+            source = device.render(loop, **device.render_options)
+            # The name comes from the source, so identical kernels of different graphs share one program.
+            loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
+            # "zyx_kernel(" names the kernel in every renderer's output
+            # (LLVM "@zyx_kernel(", C "zyx_kernel(").
+            cached = _lowered[lower_key] = (loop, device.program(loop.name, source.replace(
+                "zyx_kernel(", f"{loop.name}(")))
+        programs.append(cached[1])
+        kernels_ir.append(cached[0])
+    return Plan(schedule, programs, kernels_ir, len(sig.buffers))
+
+
+def _ast_text(node: Node, depth: int = 0) -> str:
+    if depth > 6:
+        return "..."
+    if not node.srcs:
+        return f"{node.op}({node.arg})"
+    inner = ", ".join(_ast_text(s, depth + 1) for s in node.srcs)
+    return f"{node.op}[{node.arg}]({inner})" if node.arg is not None else f"{node.op}({inner})"
+
+
+def _launch_debugged(program, loop, args: list, params: list, wait: list, debug: int):
+    """``program.launch`` with what ``ZYX_DEBUG`` asks to show about it (launches, perf)."""
+    perf = debug & DEBUG_PERF
+    start = time.perf_counter() if perf else 0.0
+    event = program.launch(args, params, loop.global_size, loop.work, wait)
+    if debug & DEBUG_LAUNCHES:
+        print(f"zyx launch {program.name} global={loop.global_size} buffers={[b.id for b in args]}")
+    if perf:
+        event.wait()
+        elapsed = time.perf_counter() - start
+        print(f"zyx perf {program.name}: {elapsed * 1e6:9.1f} us  "
+              f"{loop.flops / elapsed / 1e9:8.2f} GFLOP/s "
+              f"{loop.bytes / elapsed / 1e9:8.2f} GB/s")
+    return event
+
+
+def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
+    """Buffers holding the values of ``roots`` (flat nodes), computing what is needed."""
+    for root in roots:
+        if root.op != "BUFFER":
+            break
+    else:
+        return [r.arg for r in roots]
+    bump("realizations")
+    g.PendingCounter.count = 0
+    sig = GraphSignature(roots)
+    # Plans hold compiled programs, so the same graph on another device is another plan.
+    plan_key = (device.index, sig.key)
+    plan = _plans.get(plan_key)
+    if plan is None:
+        bump("schedule_cache_misses")
+        plan = _build_plan(device, roots, sig)
+        _plans[plan_key] = plan
+    else:
+        bump("schedule_cache_hits")
+    # This realization's buffers, in the order the plan's indices expect (see Plan).
+    buffers = sig.buffers + [Buffer(device, dtype, numel) for dtype, numel in plan.temps]
+    if plan.temp_bytes:
+        bump("bytes_allocated", plan.temp_bytes)
+    for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values):
+        buffers.append(device.constant(dtype, values))
+    events = device.events
+    debug = CONFIG.debug
+    random_args = sig.random_args
+    for program, loop, slots, tracked, params in plan.launches:
+        ids = [buffers[i].id for i in tracked]
+        wait = events.take(ids)
+        if debug:
+            event = _launch_debugged(program, loop, [buffers[i] for i in slots],
+                                     [random_args[p] for p in params] if params else [], wait, debug)
+        else:
+            event = program.launch([buffers[i] for i in slots],
+                                   [random_args[p] for p in params] if params else [],
+                                   loop.global_size, loop.work, wait)
+        events.record(ids, event)
+    bump("kernels_launched", len(plan.launches))
+    return [buffers[i] for i in plan.root_slots]

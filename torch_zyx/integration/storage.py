@@ -1,0 +1,56 @@
+"""zyx storages: what ``torch.load(..., map_location="zyx")`` builds.
+
+Part of registering the device (``torch_zyx._register``) and of recording (``set_`` to a
+storage). A zyx tensor keeps its data in zyx's pools behind a placeholder storage, so PyTorch's
+storage-level copies cannot reach it. ``torch.load`` with a zyx map location moves each saved
+storage with ``storage.to(device)`` and then rebuilds every tensor on it as
+``torch.empty(0, device="zyx").set_(storage, offset, size, stride)``. Here:
+
+- a storage moved to zyx (``storage.to(device="zyx")``) is an ``UntypedStorage``
+  on zyx, host memory from device_hooks.cpp's allocator; ``UntypedStorage.copy_`` with a zyx
+  storage on either side copies host memory (ATen's storage copy goes through tensors of both
+  storages, and a zyx tensor cannot alias one);
+- ``set_`` of a zyx tensor to such a storage (ops/core/storage_views.py) copies its bytes into a
+  zyx buffer once per storage object (record/tensor.py ``storage_from_host``): the tensors torch.load
+  sets to one storage (views of one tensor, tied weights) view one zyx storage, as they shared
+  memory when saved.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+_untyped_copy = torch.UntypedStorage.copy_
+
+
+def _host_address(storage: torch.UntypedStorage) -> tuple[int, torch.UntypedStorage]:
+    """Where the bytes of ``storage`` are in host memory (and what keeps them alive): zyx and CPU
+    storages in place, another device's through a CPU copy."""
+    if storage.device.type not in ("zyx", "cpu"):
+        storage = storage.cpu()
+    return storage.data_ptr(), storage
+
+
+def copy_(self, source, non_blocking=None):
+    """``UntypedStorage.copy_`` with zyx storages on either side: a copy of host memory (ATen's
+    storage copy makes tensors of both storages, and a zyx tensor cannot alias one)."""
+    if self.device.type != "zyx" and source.device.type != "zyx":
+        return _untyped_copy(self, source, non_blocking)
+    if self.nbytes() != source.nbytes():
+        raise RuntimeError("size does not match")
+    if self.device.type != "zyx" and self.device.type != "cpu":
+        staged = torch.UntypedStorage(self.nbytes())
+        copy_(staged, source)
+        return _untyped_copy(self, staged, non_blocking)
+    address, _alive = _host_address(source)
+    if self.nbytes():
+        ctypes.memmove(self.data_ptr(), address, self.nbytes())
+    return self
+
+
+def install() -> None:
+    """Let storage copies reach zyx storages (after the backend set-up, and only with zyx's C++
+    hooks, whose allocator gives zyx storages their memory)."""
+    torch.UntypedStorage.copy_ = copy_

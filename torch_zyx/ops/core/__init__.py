@@ -1,0 +1,1 @@
+"""Creation, copies, views and movement, and the ops that change which storage a tensor views."""

@@ -1,0 +1,97 @@
+"""Ops that change which storage a tensor views and how (resize_, as_strided_, set_ to a tensor
+or a storage), and the queries about it (is_set_to, _has_same_storage_numel). A zyx tensor's
+storage is a ``tensor.Storage`` holding a lazy flat value; these ops point the tensor at one
+with new sizes, strides and offset (``tensor.restride``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...lazy import graph as g
+from ...record.tensor import Storage, ZyxTensor, read, restride, storage_from_host, wrap, zdtype
+from ...record.tensor import meta as meta_of
+from ..registry import aten, register
+from .factory import _contiguous_for
+
+
+@register(aten.resize_.default)
+def resize_(x, size, memory_format=None):
+    size = tuple(int(s) for s in size)
+    storage = x._storage
+    strides = _contiguous_for(size, memory_format)
+    needed = x.storage_offset() + g.strided_extent(size, strides)
+    if needed > storage.numel:
+        # Grow: the old contents stay in front, new elements are zero (PyTorch leaves them undefined).
+        storage.value = g.pad(storage.value, ((0, needed - storage.numel),))
+        storage.numel = needed
+    restride(x, storage, size, strides, x.storage_offset())
+    return x
+
+
+@register(aten.resize_as_.default)
+def resize_as_(x, other, memory_format=None):
+    return resize_(x, tuple(other.shape), memory_format)
+
+
+@register(aten.resize.default)
+def resize(x, size, memory_format=None):
+    """Functional resize: a new tensor of ``size`` holding ``x``'s elements in order (new ones 0)."""
+    size = tuple(int(s) for s in size)
+    n = x.numel()
+    want = math.prod(size)
+    flat = g.reshape(read(x), (n,))
+    flat = g.pad(flat, ((0, want - n),)) if want > n else g.shrink(flat, ((0, want),))
+    return wrap(g.reshape(flat, size), x._storage.device)
+
+
+@register(aten.as_strided_.default)
+def as_strided_(x, size, stride, storage_offset=None):
+    offset = x.storage_offset() if storage_offset is None else storage_offset
+    restride(x, x._storage, tuple(size), tuple(stride), offset)
+    return x
+
+
+@register(aten.set_.source_Tensor)
+def set_tensor_(x, source):
+    restride(x, source._storage, tuple(source.shape), tuple(source.stride()), source.storage_offset())
+    return x
+
+
+@register(aten.set_.source_Storage, aten.set_.source_Storage_storage_offset)
+def set_storage_(x, source, storage_offset=0, size=None, stride=None):
+    """``x`` set to a zyx storage (host memory, integration/storage.py): ``x`` views, with the given
+    strides, a zyx storage holding a copy of its bytes. torch.load rebuilds each saved tensor
+    this way under map_location="zyx": the tensors it sets to one storage object (views of one
+    tensor, tied weights) share one zyx storage, as they shared theirs when saved."""
+    if source.device.type != "zyx":
+        raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{x.device}\" to a storage "
+                           f"on different device \"{source.device}\".  This is no longer allowed; the "
+                           "devices must match.")
+    if size is None:
+        size, stride, storage_offset = (source.nbytes() // x.element_size(),), (1,), 0
+    size = tuple(int(s) for s in size)
+    stride = tuple(int(s) for s in stride) if stride is not None else g.contiguous_strides(size)
+    restride(x, storage_from_host(source, x.dtype, x._storage.device), size, stride, int(storage_offset))
+    return x
+
+
+@register(aten.is_set_to.default)
+def is_set_to(x, other):
+    """Whether ``x`` views the same storage as ``other`` with the same offset, sizes, strides."""
+    return (isinstance(other, ZyxTensor) and x._storage is other._storage
+            and meta_of(x)[:3] == meta_of(other)[:3])
+
+
+@register(aten._has_same_storage_numel.default)
+def has_same_storage_numel(x, other):
+    """Whether the storages of ``x`` and ``other`` hold as many elements (forward AD asks it of a
+    primal and its tangent)."""
+    return isinstance(other, ZyxTensor) and x._storage.numel == other._storage.numel
+
+
+@register(aten.set_.default)
+def set_empty_(x):
+    storage = Storage(g.const(0, zdtype(x.dtype), (0,)), x._storage.device)
+    restride(x, storage, (0,), (1,), 0)
+    return x

@@ -1,0 +1,1 @@
+"""Indexing, gathers and scatters, masked copies, searching, counting and sorting."""

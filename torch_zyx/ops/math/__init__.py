@@ -1,0 +1,2 @@
+"""Elementwise math, special functions (Cephes, incomplete gamma, orthogonal polynomials),
+reductions and scans."""

@@ -1,0 +1,219 @@
+"""Pending work of the lazy graph: the storages waiting for a realization, the errors deferred to
+it, and ``realize_all``, which realizes them together.
+
+Stage 1 → 2 of the flow (docs/architecture.md, "Realization"): ops record nodes and list the storages they
+give lazy values (tensor.py ``wrap``/``write``); a read, ``synchronize`` or the pending-graph
+limit calls ``realize_all``, which hands every pending storage of a device, with its pending
+index checks (checks.py), to the executor (execute/realize.py) as one graph and stores the buffers it
+returns.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from .checks import restore_checks, take_checks
+
+if TYPE_CHECKING:
+    from .tensor import Storage
+
+
+# One realization at a time: threads record at once (between bytecodes, under the GIL), but a
+# realization takes every thread's pending storages, fills the shared plan and program caches
+# and compiles (LLVM disposing an engine while another thread compiled segfaulted), launches
+# and joins its kernels. Re-entrant: a failed check realizes its entry inside. Storages are
+# appended to ``pending_list`` by any thread at any time; only holders of this lock take them
+# out, and only the ones they saw (an append landing between a copy and a clear was lost: its
+# storage was never realized).
+_realizing = threading.RLock()
+
+# Storages given a lazy value since the last realization, in the order they got it: a stable
+# order keeps graph signatures equal from one training step to the next (so the schedule cache
+# hits). Held strongly, not by weak references: making a weak reference cost ~0.5 us per
+# recorded op on the 2-core box, and a storage's death ~0.3 us more with one. A storage that
+# no tensor holds any more is found by its reference count when the list is taken (see
+# ``_take_pending``) and simply dropped then; until that moment it keeps its lazy value (and
+# whatever that references) alive. The list is taken at every realization and whenever it
+# doubles (``sweep_threshold``), so the ones kept are at most as many as the live ones. Storages
+# holding realized buffers are never listed: dropping a tensor frees its buffer at once.
+pending_list: list[Storage] = []
+sweep_threshold = {"at": 4096}
+_getrefcount = sys.getrefcount
+
+
+def is_lazy(node: Node) -> bool:
+    """Whether a storage holding ``node`` (its flat value or whole shaped contents) needs a
+    realization: anything but a buffer (or a buffer reshaped)."""
+    op = node.op
+    return op != "BUFFER" and (op != "RESHAPE" or node.srcs[0].op != "BUFFER")
+
+
+def list_pending(storage: Storage) -> None:
+    pending = pending_list
+    pending.append(storage)
+    if len(pending) > sweep_threshold["at"]:
+        sweep_pending()
+
+
+def sweep_pending() -> None:
+    with _realizing:
+        live = _take_pending()
+        pending_list[:0] = live
+        sweep_threshold["at"] = max(4096, 2 * len(live))
+
+
+def _reference_counts(storages: list) -> list[int]:
+    return [_getrefcount(s) for s in storages]
+
+
+# The count ``_reference_counts`` gives for an object that only its list holds (the list's
+# reference, the loop variable's and getrefcount's argument's: measured, not assumed).
+_UNHELD = _reference_counts([object()])[0]
+
+
+def _take_pending() -> list[Storage]:
+    """Empty ``pending_list`` (``_realizing`` held); its storages that something else still holds
+    and whose value is still lazy, each once, oldest first."""
+    seen = len(pending_list)
+    listed = list(dict.fromkeys(pending_list[:seen]))  # (first listing first: the storage's age)
+    del pending_list[:seen]  # (not clear(): another thread may have appended one since)
+    counts = _reference_counts(listed)
+    return [s for s, count in zip(listed, counts) if count > _UNHELD and is_lazy(s._shaped or s._value)]
+
+
+def pending_storages() -> list[Storage]:
+    """Storages with unrealized values, oldest first (a stable order keeps graph signatures equal)."""
+    sweep_pending()
+    return list(pending_list)
+
+
+# Errors raised where raising would abort the process (inside autograd's engine: see
+# dispatch.cpu_fallback), kept to be raised at the next realization or read outside it.
+deferred_errors: list[BaseException] = []
+
+
+def defer_error(error: BaseException) -> None:
+    # Marked: raised later from inside a lowering (a read realizing the storage), a deferred
+    # NotImplementedError must leave the op, not read as the lowering declining (dispatch.py).
+    error.zyx_deferred = True
+    deferred_errors.append(error)
+
+
+def unsupported(message: str) -> NotImplementedError:
+    """The NotImplementedError CPU torch raises for a dtype its kernel lacks, marked to leave the
+    op: raised by a lowering, it refuses the op instead of declining it (to a decomposition or
+    the CPU fallback, which would compute something where CPU torch raises)."""
+    error = NotImplementedError(message)
+    error.zyx_final = True
+    return error
+
+
+def reraise_deferred(exc: NotImplementedError) -> None:
+    """A lowering raising NotImplementedError declines the op, unless the error is a deferred
+    one (``defer_error``) surfacing at a read inside it or a refusal (``unsupported``): those
+    leave the op."""
+    if getattr(exc, "zyx_deferred", False) or getattr(exc, "zyx_final", False):
+        raise exc
+
+
+def raise_deferred() -> None:
+    if torch._C._current_autograd_node() is None:
+        error = deferred_errors[0]
+        deferred_errors.clear()
+        raise error
+
+
+def realize_all(device=None) -> None:
+    """Realize every pending storage (of ``device`` only, when given) together, with the index
+    checks pending there (checks.py); raise the first of those that failed."""
+    with _realizing:
+        _realize_all(device)
+
+
+def _realize_all(device) -> None:
+    if deferred_errors:
+        raise_deferred()
+    g.PendingCounter.count = 0
+    storages = _take_pending()
+    g.file_unfiled()  # (the nodes of the dead ones among them are freed now)
+    # Listed again until realized: an error below leaves them pending, as they are.
+    pending_list[:0] = storages
+    by_device: dict[int, list[Storage]] = {}
+    for storage in storages:
+        if device is None or storage.device is device:
+            by_device.setdefault(storage.device.index, []).append(storage)
+    index_checks = take_checks(device)
+    checks_of: dict[int, list] = {}
+    for check in index_checks:
+        checks_of.setdefault(check.device.index, []).append(check)
+        by_device.setdefault(check.device.index, [])
+    if not by_device:
+        return
+    realize = _realize[0]
+    if realize is None:
+        from ..execute.realize import realize  # (the executor is loaded on first use)
+
+        _realize[0] = realize
+    devices = []
+    found = []  # (check, the buffer of its first bad position)
+    try:
+        for index, group in by_device.items():
+            checks = checks_of.get(index, ())
+            context = group[0].device if group else checks[0].device
+            devices.append(context)
+            # A storage filled whole by one node is realized from that node (the kernelizer
+            # stores a root contiguous in any shape): no flat RESHAPE node to build and free.
+            roots = [s._shaped or s._value for s in group] + [check.first for check in checks]
+            buffers = realize(roots, context)
+            for storage, root, buffer in zip(group, roots, buffers):
+                if (storage._shaped or storage._value) is not root:
+                    # Written by another thread while this realization ran (its optimizer step
+                    # on a parameter taken here): the new value, built on the old one, stays.
+                    continue
+                # (not ``value =``: that would list the storage again)
+                storage._value = g.buffer(buffer, storage.dtype, storage.numel)
+                storage._shaped = None
+            found.extend(zip(checks, buffers[len(group):]))
+        # The realized graph is dropped here, while the last kernel may still run (see ``settle``
+        # below), not after the join: the storages hold buffers now, and dropping a layer norm's
+        # graph took ~1.8 us on the 2-core box warm, several times that with cold caches.
+        roots = buffers = None
+        # Unlisted now that they hold buffers (a listed storage would keep its buffer alive).
+        seen = len(pending_list)
+        pending_list[:seen] = [s for s in pending_list[:seen] if is_lazy(s._shaped or s._value)]
+    except BaseException:
+        restore_checks(index_checks)
+        raise
+    finally:
+        # The bookkeeping above ran while the last kernel may still run (runtime ``settle``).
+        for context in devices:
+            context.settle()
+    if found:
+        _raise_failed_check(found)
+
+
+def _raise_failed_check(found: list) -> None:
+    """Raise (or defer, inside autograd's engine) the first failed check of ``found``."""
+    for check, buffer in found:
+        position = _read_int64(check.device, buffer)
+        if position < check.numel:
+            value = _read_int64(check.device, _realize[0]([check.entry(position)], check.device)[0])
+            defer_error(check.failure(position, value))
+            raise_deferred()
+            return
+
+
+def _read_int64(device, buffer) -> int:
+    """The first int64 of ``buffer``, once the work pending on it is done."""
+    value = torch.empty(1, dtype=torch.int64)
+    device.pool.pool_to_host(buffer.raw, value.data_ptr(), 8, device.events.take([buffer.id]))
+    return int(value)
+
+
+_realize: list = [None]
