@@ -22,6 +22,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "torch_zyx"
 LAYERS = [
     ("torch_zyx", "torch_zyx.demo", "torch_zyx.info"),
     ("torch_zyx.integration",),
+    ("torch_zyx.compile",),
     ("torch_zyx.dispatch",),
     ("torch_zyx.ops",),
     ("torch_zyx.record",),

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 NAMES = ("kernels_launched", "kernels_compiled", "realizations", "schedule_cache_hits",
-         "schedule_cache_misses", "cpu_fallbacks", "bytes_allocated", "kernelizer_runs")
+         "schedule_cache_misses", "cpu_fallbacks", "bytes_allocated", "kernelizer_runs",
+         # torch.compile(backend="zyx") (compile/): plans traced, and calls of graphs that could not
+         # be one plan and ran op by op.
+         "compiled_plans", "compile_fallbacks")
 
 _values = dict.fromkeys(NAMES, 0)
 

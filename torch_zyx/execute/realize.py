@@ -142,9 +142,22 @@ def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
         bump("bytes_allocated", plan.temp_bytes)
     for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values):
         buffers.append(device.constant(dtype, values))
+    launch_plan(plan, device, buffers, sig.random_args)
+    return [buffers[i] for i in plan.root_slots]
+
+
+def build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
+    """A plan for ``roots`` on ``device`` outside the schedule cache (a compiled graph keeps its
+    own: compile/plan.py)."""
+    return _build_plan(device, roots, sig)
+
+
+def launch_plan(plan: Plan, device: DeviceContext, buffers: list, random_args: list) -> None:
+    """Launch every kernel of ``plan`` over ``buffers`` (the inputs, temporaries and scalar
+    buffers in the plan's order), each after the events of the buffers it touches and recording
+    its own for them (ASYNC EVENT RULES)."""
     events = device.events
     debug = CONFIG.debug
-    random_args = sig.random_args
     for program, loop, slots, tracked, params in plan.launches:
         ids = [buffers[i].id for i in tracked]
         wait = events.take(ids)
@@ -157,4 +170,3 @@ def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
                                    loop.global_size, loop.work, wait)
         events.record(ids, event)
     bump("kernels_launched", len(plan.launches))
-    return [buffers[i] for i in plan.root_slots]

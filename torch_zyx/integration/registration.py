@@ -4,11 +4,16 @@ autoload) runs once.
 The top of the flow: it wires PyTorch to the device. It installs the C++ device guard and
 hooks (device_guard.py) before PyTorch's PrivateUse1 Python-backend set-up, registers
 ``torch.zyx`` (device_module.py), the factory kernels that never reach the Python key, the
-fallback for ops with no kernel, autocast, storage copies and module conversions, and tells
-dispatch whether errors may propagate out of a backward (``dispatch.set_native_guard``).
+fallback for ops with no kernel, autocast, storage copies and module conversions, tells
+dispatch whether errors may propagate out of a backward (``dispatch.set_native_guard``), and
+loads the torch.compile backend (compile/) once something imports Dynamo.
 """
 
 from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
 
 import torch
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
@@ -64,6 +69,43 @@ def register() -> None:
     _LIBRARIES.append(fallback)
     autocast.install()
     module_conversion.install()
+    _when_dynamo_is_imported(_install_compile)
+
+
+def _install_compile() -> None:
+    """The torch.compile backend and Dynamo's view of zyx tensors as tensors (compile/), once
+    Dynamo is loaded: importing it here would add ~1.4 s to every ``import torch_zyx``."""
+    from .. import compile  # noqa: F401  (registers on import)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then`` right after the module ``name`` is first imported (by anyone)."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module, then = spec.loader.exec_module, self.then
+
+        def exec_then_hook(module) -> None:
+            exec_module(module)
+            then()
+
+        spec.loader.exec_module = exec_then_hook
+        return spec
+
+
+def _when_dynamo_is_imported(then) -> None:
+    if "torch._dynamo" in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch._dynamo", then))
 
 
 def _copy_from_and_resize(src, dst):

@@ -2,6 +2,7 @@
 
 A ``Buffer`` is the ``arg`` of ``BUFFER`` nodes. When the last node or storage holding it dies,
 its memory goes back to its pool after the work still pending on it (per the event table).
+An ``ExternalBuffer`` is memory zyx does not own (a CPU tensor's, in a compiled graph's call).
 A ``ConstantBuffer`` holds a realization's scalar parameters: written once when made, only read
 by kernels, outside the pool (see its docstring).
 """
@@ -56,6 +57,32 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"<Buffer {self.id} {self.dtype} x{self.numel}>"
+
+
+class ExternalBuffer:
+    """Memory zyx does not own, bound to a plan's slot for one call: a CPU tensor's storage that
+    a compiled graph reads or writes in place (compile/graph.py). ``raw`` is the pool's view of
+    it (``HostPool.wrap``); ``owner`` keeps the memory alive while launches use it. Never
+    returned to a pool. Same attributes as ``Buffer`` for launches and the event table."""
+
+    __slots__ = ("__weakref__", "device", "dtype", "id", "numel", "owner", "raw")
+
+    def __init__(self, device, dtype: DType, numel: int, raw, owner):
+        self.id = next(_ids)
+        self.device = device
+        self.dtype, self.numel = dtype, numel
+        self.raw, self.owner = raw, owner
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    @property
+    def ptr(self) -> int:
+        return self.raw.ptr
+
+    def __repr__(self) -> str:
+        return f"<ExternalBuffer {self.id} {self.dtype} x{self.numel}>"
 
 
 class ConstantBuffer:

@@ -35,6 +35,14 @@ class HostBuffer:
         base = self._storage.ctypes.data
         self.ptr = base + (-base % _ALIGN)
 
+    @classmethod
+    def wrap(cls, ptr: int, nbytes: int, owner) -> HostBuffer:
+        """Host memory at ``ptr`` that ``owner`` holds (a CPU tensor's storage), as a buffer of
+        this pool's kind, allocating nothing (buffer.ExternalBuffer)."""
+        buffer = cls.__new__(cls)
+        buffer.nbytes, buffer._storage, buffer.ptr = nbytes, owner, ptr
+        return buffer
+
     def view(self) -> np.ndarray:
         start = self.ptr - self._storage.ctypes.data
         return self._storage[start:start + self.nbytes]

@@ -105,6 +105,17 @@ def take_checks(device=None) -> list[IndexCheck]:
     return [check for check in seen if check.device is device]
 
 
+def pending_checks() -> list[IndexCheck]:
+    """The list of pending checks itself, oldest first (record/pending.py ``tracing`` takes those
+    a traced graph recorded out of it)."""
+    return _pending
+
+
+def add_checks(checks: list[IndexCheck]) -> None:
+    """Make ``checks`` pending after those recorded so far (a compiled graph's call)."""
+    _pending.extend(checks)
+
+
 def restore_checks(checks: list[IndexCheck]) -> None:
     """Make ``checks`` pending again, before those recorded since (a realization that failed)."""
     _pending[:0] = checks

@@ -10,6 +10,7 @@ returns.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ import torch
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from .checks import restore_checks, take_checks
+from .checks import pending_checks, restore_checks, take_checks
 
 if TYPE_CHECKING:
     from .tensor import Storage
@@ -132,8 +133,49 @@ def raise_deferred() -> None:
 def realize_all(device=None) -> None:
     """Realize every pending storage (of ``device`` only, when given) together, with the index
     checks pending there (checks.py); raise the first of those that failed."""
+    if _tracing[0]:
+        raise TracingRealization("zyx: a value was needed while a compiled graph was traced")
     with _realizing:
         _realize_all(device)
+
+
+def realize_over_limit() -> None:
+    """The pending graph grew past ``ZYX_MAX_PENDING`` nodes: realize it, except while a graph is
+    traced (a compiled graph becomes one plan, whatever its size)."""
+    if _tracing[0]:
+        g.PendingCounter.count = 0
+        return
+    realize_all()
+
+
+class TracingRealization(RuntimeError):
+    """A value was needed while a compiled graph was recorded on placeholders (a data-dependent
+    shape, ``item()``, an op run on the CPU): the graph cannot be one plan."""
+
+
+# Nesting depth of ``tracing``.
+_tracing = [0]
+
+
+@contextlib.contextmanager
+def tracing(traced_checks: list):
+    """Record a compiled graph on placeholder buffers (compile/graph.py): realizations raise
+    ``TracingRealization``, the pending-graph limit is off, and on exit the storages listed and
+    the index checks recorded inside leave the pending work (they belong to the traced graph:
+    the checks are appended to ``traced_checks``)."""
+    with _realizing:
+        before = {id(s) for s in pending_list}
+        checks_before = len(pending_checks())
+        _tracing[0] += 1
+        try:
+            yield
+        finally:
+            _tracing[0] -= 1
+            recorded = pending_checks()
+            traced_checks.extend(recorded[checks_before:])
+            del recorded[checks_before:]
+            pending_list[:] = [s for s in pending_list if id(s) in before]
+            g.PendingCounter.count = 0
 
 
 def _realize_all(device) -> None:

@@ -20,6 +20,7 @@ from .. import dtypes
 from ..config import CONFIG
 from ..lazy import graph as g
 from ..lazy.graph import Node
+from .checks import pending_checks
 from .pending import (
     deferred_errors,
     is_lazy,
@@ -27,6 +28,7 @@ from .pending import (
     pending_list,
     raise_deferred,
     realize_all,
+    realize_over_limit,
     sweep_pending,
     sweep_threshold,
 )
@@ -240,6 +242,12 @@ class ZyxTensor(torch.Tensor):
                             "copy the tensor to host memory first.")
         return to_cpu(self.detach()).numpy(force=True)
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # AOTAutograd (torch.compile(backend="zyx"), compile/) traced the graph with plain fake
+        # tensors of the zyx device, so it expects plain tensors as the backward's tangents: a
+        # zyx tensor is one, with nothing to coerce.
+        return self
+
     def __format__(self, format_spec: str) -> str:
         if self.dim() == 0:
             return self.item().__format__(format_spec)
@@ -429,7 +437,7 @@ def wrap(node: Node, device) -> ZyxTensor:
     if is_lazy(node):
         list_pending(storage)
     if _nodes.count > CONFIG.max_pending:
-        realize_all()
+        realize_over_limit()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
     # Contiguous with offset 0 are _make_wrapper_subclass's defaults (cheaper than passing them).
     out = _make_wrapper_subclass(ZyxTensor, shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device,
@@ -455,7 +463,7 @@ def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
     if len(pending) > sweep_threshold["at"]:
         sweep_pending()
     if _nodes.count > CONFIG.max_pending:
-        realize_all()
+        realize_over_limit()
     torch_device = _torch_of.get(device) or _torch_of.setdefault(device, _torch_device(device.index))
     out = _make_wrapper_subclass(ZyxTensor, node.shape, dtype=ZYX_TO_TORCH[dtype], device=torch_device,
                                  storage_size=_VIRTUAL_STORAGE_BYTES)
@@ -469,7 +477,7 @@ def assign_whole(t: ZyxTensor, node: Node) -> ZyxTensor:
     dtype (the in-place fast paths of ops.fastpath): the node becomes the storage's value."""
     t._storage.assign(node)
     if _nodes.count > CONFIG.max_pending:
-        realize_all()
+        realize_over_limit()
     return t
 
 
@@ -489,13 +497,17 @@ def write(t: ZyxTensor, node: Node) -> None:
     else:
         storage.value = g.setview(storage.value, node, shape, strides, offset)
     if g.PendingCounter.count > CONFIG.max_pending:
-        realize_all()
+        realize_over_limit()
 
 
 def storage_to_cpu(storage: Storage) -> torch.Tensor:
     """A CPU copy of ``storage``'s whole contents, flat in its dtype (realizes it)."""
     if deferred_errors:
         raise_deferred()
+    if pending_checks():
+        # Values a compiled graph's call computed are buffers already, with its index checks
+        # still pending (compile/graph.py): a read raises what they found, as in eager mode.
+        realize_all(storage.device)
     buffer = storage.realize()
     device = storage.device
     flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])

@@ -1,0 +1,410 @@
+"""One FX graph compiled into zyx plans: traced once on placeholders, launched per call.
+
+The compile layer (above dispatch). ``CompiledGraph(gm)`` is what the Dynamo backend returns for
+each (forward or backward) graph AOTAutograd gives it. At the first call with a given binding
+(the inputs' devices, dtypes, shapes, strides, offsets and aliasing, and the values of integer
+inputs), the graph runs once through zyx's own dispatch on placeholder tensors: zyx tensors
+whose storages hold ``BUFFER`` nodes of ``SlotBuffer``s instead of memory. What it records is
+the whole graph as lazy nodes; the executor kernelizes it once into a plan (fusion decides the
+kernels over the whole graph). A call then only binds the inputs' buffers to the plan's slots,
+launches the plan's kernels and wraps the outputs: no per-op dispatch, lowering, graph building
+or schedule lookup.
+
+Inputs on a zyx device bind their storages' buffers. CPU tensors bind their own memory
+(``ExternalBuffer``) on zyx's CPU backend, and the outputs are CPU tensors the kernels wrote
+in place, so a CPU model compiled with ``backend="zyx"`` never copies.
+
+A graph that needs a value while it is traced (a data-dependent shape, ``item()``, an op zyx
+runs on the CPU) cannot be one plan: it runs op by op through zyx's dispatch instead, as in
+eager mode, counted in ``counters()["compile_fallbacks"]`` (``ZYX_CPU_FALLBACK=0`` raises).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections import OrderedDict
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ..config import CONFIG, DEBUG_SCHEDULE
+from ..counters import bump
+from ..execute.contexts import devices
+from ..execute.realize import build_plan, launch_plan
+from ..lazy import graph as g
+from ..lazy.kernelize import GraphSignature
+from ..memory.buffer import Buffer, ExternalBuffer
+from ..memory.events import wait_all
+from ..memory.host import HostBuffer
+from ..record import random
+from ..record.checks import IndexCheck, add_checks
+from ..record.pending import TracingRealization, tracing
+from ..record.tensor import ZYX_TO_TORCH, Storage, ZyxTensor, zdtype
+
+log = logging.getLogger("torch_zyx")
+
+# Plans kept per compiled graph, least recently used dropped: one per binding (a dimension that
+# changes from call to call gets one plan per size, up to this many).
+MAX_PLANS = 8
+# CPU memory a kernel may read or write in place: the LLVM renderer assumes 64-byte aligned
+# buffers (codegen/llvm.py); other storages are copied into the pool.
+HOST_ALIGNMENT = 64
+
+_slot_ids = itertools.count()
+
+
+class SlotBuffer:
+    """What a placeholder's ``BUFFER`` node holds while a graph is traced: a plan slot's dtype and
+    size, no memory. Reading it is a value needed at trace time."""
+
+    __slots__ = ("__weakref__", "device", "dtype", "id", "numel")
+
+    def __init__(self, device, dtype, numel: int):
+        self.id = -1 - next(_slot_ids)
+        self.device, self.dtype, self.numel = device, dtype, numel
+
+    @property
+    def raw(self):
+        raise TracingRealization("zyx: a compiled graph read an input's values while it was traced")
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+class _Binding:
+    """How one call's arguments map to a traced graph (its key in ``CompiledGraph.plans``)."""
+
+    @staticmethod
+    def key(args) -> tuple:
+        parts = []
+        seen: dict[int, int] = {}
+        for i, a in enumerate(args):
+            if isinstance(a, ZyxTensor):
+                storage = a._storage
+                alias = seen.setdefault(id(storage), i)
+                parts.append(("z", storage.device.index, a.dtype, tuple(a.shape), a.stride(),
+                              a.storage_offset(), storage.numel, alias))
+            elif isinstance(a, torch.Tensor):
+                if a.device.type != "cpu":
+                    raise NotImplementedError(f"zyx: a compiled graph given a {a.device.type} tensor")
+                if a.dim() == 0 and any(isinstance(b, ZyxTensor) for b in args):
+                    parts.append(("s", a.dtype))  # a CPU scalar beside zyx tensors (see _Plan.run)
+                    continue
+                untyped = a.untyped_storage()
+                alias = seen.setdefault(untyped.data_ptr(), i)
+                aligned = untyped.data_ptr() % HOST_ALIGNMENT == 0
+                parts.append(("c", a.dtype, tuple(a.shape), a.stride(), a.storage_offset(),
+                              untyped.nbytes(), alias, aligned))
+            elif isinstance(a, (int, float, bool)) or a is None:
+                parts.append(("v", type(a), a))
+            else:
+                raise NotImplementedError(f"zyx: a compiled graph input of type {type(a).__name__}")
+        return tuple(parts)
+
+
+class _Plan:
+    """A traced graph's plan and how to bind a call to it and read its results."""
+
+    def __init__(self, device, on_cpu: bool, plan, sig, slot_of_input: list, outputs: list,
+                 spec, random_counts: list[int], checks: list, mutated: list):
+        self.device, self.on_cpu = device, on_cpu
+        self.plan, self.sig = plan, sig
+        # Per sig.buffers entry: the input index whose storage it is, or None (a constant's buffer).
+        self.slot_of_input = slot_of_input
+        # Per flat output: ("value", python value) | ("input", input index, meta) |
+        # ("root", root index, meta) where meta = (shape, strides, offset).
+        self.outputs, self.spec = outputs, spec
+        self.random_counts = random_counts
+        # (root index of its first position, root index of its index values, error, message, numel)
+        self.checks = checks
+        # (input index, root index): inputs the graph wrote (their storages take the root's value).
+        self.mutated = mutated
+        n_in = len(sig.buffers)
+        self.constants = [device.constant(dtype, values)
+                          for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values)]
+        self.temps = [(n_in + i, dtype, numel) for i, (dtype, numel) in enumerate(plan.temps)]
+        self.root_temp = {slot: k for k, slot in enumerate(plan.root_slots) if slot >= n_in}
+        # Pool bytes a call allocates (CPU tensors' results are fresh CPU tensors instead).
+        self.pool_bytes = sum(dtype.itemsize * numel for slot, dtype, numel in self.temps
+                              if not (on_cpu and slot in self.root_temp))
+        self.fixed = [None if index is not None else buffer
+                      for index, buffer in zip(slot_of_input, sig.buffers)]
+
+    def run(self, args: list):
+        device, plan = self.device, self.plan
+        buffers: list = []
+        keep = []  # CPU tensors whose memory this call reads or writes
+        for index, fixed in zip(self.slot_of_input, self.fixed):
+            if index is None:
+                buffers.append(fixed)
+                continue
+            a = args[index]
+            if self.on_cpu:
+                buffers.append(_host_buffer(device, a))
+                keep.append(a)
+            elif isinstance(a, ZyxTensor):
+                buffers.append(a._storage.realize())
+            else:
+                # A CPU scalar beside zyx tensors (an optimizer's step count): its value of this
+                # call, copied to the device (8 bytes) rather than baked into the plan.
+                buffer = Buffer(device, zdtype(a.dtype), 1)
+                buffer.write_from_host(a.data_ptr(), a, fresh=True)
+                buffers.append(buffer)
+        outputs_cpu: dict[int, torch.Tensor] = {}
+        for slot, dtype, numel in self.temps:
+            k = self.root_temp.get(slot)
+            if self.on_cpu and k is not None:
+                flat = torch.empty(numel, dtype=ZYX_TO_TORCH[dtype])
+                outputs_cpu[k] = flat
+                buffers.append(ExternalBuffer(device, dtype, numel, HostBuffer.wrap(
+                    flat.data_ptr(), flat.nbytes, flat), flat))
+            else:
+                buffers.append(Buffer(device, dtype, numel))
+        buffers.extend(self.constants)
+        if self.pool_bytes:
+            bump("bytes_allocated", self.pool_bytes)
+        random_args = []
+        for count in self.random_counts:
+            random_args.extend(random.draw(device.index, count))
+        launch_plan(plan, device, buffers, random_args)
+        roots = [buffers[i] for i in plan.root_slots]
+        if self.on_cpu:
+            # The caller may read the results or change the inputs as soon as this returns.
+            wait_all(device.events.take([b.id for b in buffers]))
+            device.settle()
+            for f, i, error, message, numel in self.checks:
+                # As CPU torch's kernels check: raised by the call that read the bad entry.
+                position = int(_cpu_copy(device, roots[f])[0])
+                if position < numel:
+                    value = int(_cpu_copy(device, roots[i])[position])
+                    raise error(message.format(index=value, position=position))
+            for input_index, k in self.mutated:
+                dst = args[input_index]
+                src = outputs_cpu.get(k)
+                if src is None:
+                    src = _cpu_copy(device, roots[k])
+                dst.untyped_storage().copy_(src.untyped_storage())
+        else:
+            device.settle()
+            for input_index, k in self.mutated:
+                target = args[input_index]
+                if not isinstance(target, ZyxTensor):  # a CPU scalar
+                    target.copy_(_cpu_copy(device, roots[k]).view(()))
+                    continue
+                storage = target._storage
+                storage._value = g.buffer(roots[k], storage.dtype, storage.numel)
+                storage._shaped = None
+            if self.checks:
+                add_checks([IndexCheck(device, g.buffer(roots[i], roots[i].dtype, numel),
+                                       g.buffer(roots[f], roots[f].dtype, 1), error, message)
+                            for f, i, error, message, numel in self.checks])
+        storages: dict[int, object] = {}
+        flat = []
+        for out in self.outputs:
+            kind = out[0]
+            if kind == "value":
+                flat.append(out[1])
+            elif kind == "input":
+                _, index, (shape, strides, offset) = out
+                flat.append(args[index].as_strided(shape, strides, offset))
+            else:
+                _, k, (shape, strides, offset) = out
+                if self.on_cpu:
+                    base = outputs_cpu.get(k)
+                    if base is None:
+                        base = _cpu_copy(device, roots[k])
+                    flat.append(base.as_strided(shape, strides, offset))
+                    continue
+                storage = storages.get(k)
+                if storage is None:
+                    buffer = roots[k]
+                    storage = storages[k] = Storage(g.buffer(buffer, buffer.dtype, buffer.numel), device)
+                flat.append(ZyxTensor(storage, shape, strides, offset))
+        return tree_unflatten(flat, self.spec)
+
+
+def _host_buffer(device, t: torch.Tensor) -> ExternalBuffer:
+    untyped = t.untyped_storage()
+    dtype = zdtype(t.dtype)
+    numel = untyped.nbytes() // dtype.itemsize
+    return ExternalBuffer(device, dtype, numel, HostBuffer.wrap(untyped.data_ptr(), untyped.nbytes(), untyped),
+                          untyped)
+
+
+def _cpu_copy(device, buffer) -> torch.Tensor:
+    flat = torch.empty(buffer.numel, dtype=ZYX_TO_TORCH[buffer.dtype])
+    if buffer.numel:
+        device.pool.pool_to_host(buffer.raw, flat.data_ptr(), buffer.nbytes, device.events.take([buffer.id]))
+    return flat
+
+
+def _cpu_device():
+    for context in devices():
+        if context.runtime.renderer == "llvm":
+            return context
+    return None
+
+
+class CompiledGraph:
+    """The callable a compiled FX graph becomes (boxed: called with the list of arguments)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str = "graph"):
+        self.gm, self.name = gm, name
+        # AOTAutograd calls a function with this attribute with the argument list. An instance
+        # attribute: the wrappers it puts around the backward copy ``__dict__``, not the class.
+        self._boxed_call = True
+        self.plans: OrderedDict[tuple, _Plan | None] = OrderedDict()
+        if CONFIG.debug & DEBUG_SCHEDULE:
+            print(f"zyx compile {name}: FX graph\n{gm.graph}")
+
+    def __call__(self, args: list):
+        key = _Binding.key(args)
+        plan = self.plans.get(key, False)
+        if plan is False:
+            plan = self._trace(args)
+            self.plans[key] = plan
+            if len(self.plans) > MAX_PLANS:
+                self.plans.popitem(last=False)
+        else:
+            self.plans.move_to_end(key)
+        if plan is None:
+            return self._eager(args)
+        return plan.run(args)
+
+    def _device_of(self, args):
+        device = None
+        on_cpu = False
+        scalars_beside_zyx = any(isinstance(a, ZyxTensor) for a in args)
+        for a in args:
+            if scalars_beside_zyx and isinstance(a, torch.Tensor) and not isinstance(a, ZyxTensor) \
+                    and a.dim() == 0:
+                continue
+            if isinstance(a, ZyxTensor):
+                if on_cpu:
+                    raise RuntimeError("zyx: a compiled graph given both zyx and CPU tensors")
+                if device is not None and a._storage.device is not device:
+                    raise RuntimeError(f"Expected all tensors to be on the same device, but found at least "
+                                       f"two devices, zyx:{device.index} and zyx:{a._storage.device.index}!")
+                device = a._storage.device
+            elif isinstance(a, torch.Tensor):
+                if device is not None and not on_cpu:
+                    raise RuntimeError("zyx: a compiled graph given both zyx and CPU tensors")
+                on_cpu = True
+        if on_cpu:
+            device = _cpu_device()
+        elif device is None:
+            device = devices()[0]
+        return device, on_cpu
+
+    def _trace(self, args) -> _Plan | None:
+        device, on_cpu = self._device_of(args)
+        if device is None:
+            log.warning("zyx: %s: CPU tensors need zyx's CPU backend (not in ZYX_BACKENDS); it runs "
+                        "op by op on the CPU", self.name)
+            return None
+        slot_of_input, placeholders, storage_of = [], [], {}
+        slot_input: dict[int, int] = {}  # id(SlotBuffer) -> input index
+        input_storages: dict[int, int] = {}  # id(placeholder Storage) -> input index
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                placeholders.append(a)
+                continue
+            if on_cpu:
+                untyped = a.untyped_storage()
+                key, dtype = ("c", untyped.data_ptr(), a.dtype), zdtype(a.dtype)
+                numel = untyped.nbytes() // dtype.itemsize
+            elif not isinstance(a, ZyxTensor):  # a CPU scalar beside zyx tensors
+                key, dtype, numel = ("s", i), zdtype(a.dtype), 1
+            else:
+                key, dtype, numel = ("z", id(a._storage)), a._storage.dtype, a._storage.numel
+            storage = storage_of.get(key)
+            if storage is None:
+                slot = SlotBuffer(device, dtype, numel)
+                storage = storage_of[key] = Storage(g.buffer(slot, dtype, numel), device)
+                slot_input[id(slot)] = i
+                input_storages[id(storage)] = i
+            original = ZyxTensor(storage, a.shape, a.stride(), a.storage_offset())
+            placeholders.append(original)
+        initial = {sid: (storage_of[k]._shaped or storage_of[k]._value)
+                   for k in storage_of for sid in [id(storage_of[k])]}
+        traced_checks: list = []
+        try:
+            with torch.no_grad(), tracing(traced_checks):
+                result = self.gm(*placeholders)
+        except TracingRealization as exc:
+            return self._cannot_trace(exc)
+        flat, spec = tree_flatten(result)
+        roots: list = []
+        root_of: dict[int, int] = {}
+
+        def root(node) -> int:
+            k = root_of.get(id(node))
+            if k is None:
+                k = root_of[id(node)] = len(roots)
+                roots.append(node)
+            return k
+
+        outputs = []
+        for out in flat:
+            if not isinstance(out, torch.Tensor):
+                outputs.append(("value", out))
+                continue
+            if not isinstance(out, ZyxTensor):
+                return self._cannot_trace(f"an output on {out.device}")
+            storage = out._storage
+            meta = (tuple(out.shape), out.stride(), out.storage_offset())
+            node = storage._shaped or storage._value
+            index = input_storages.get(id(storage))
+            if index is not None and node is initial[id(storage)]:
+                outputs.append(("input", index, meta))
+            else:
+                outputs.append(("root", root(node), meta))
+        mutated = []
+        for key, storage in storage_of.items():
+            node = storage._shaped or storage._value
+            if node is not initial[id(storage)]:
+                mutated.append((input_storages[id(storage)], root(node)))
+        checks = [(root(check.first), root(check.index), check.error, check.message, check.numel)
+                  for check in traced_checks]
+        if roots:
+            sig = GraphSignature(roots)
+            plan = build_plan(device, roots, sig)
+        else:  # every output is an input or a Python value
+            sig, plan = _EmptySignature(), _EmptyPlan()
+        bump("compiled_plans")
+        for buffer in sig.buffers:
+            slot_of_input.append(slot_input.get(id(buffer)) if isinstance(buffer, SlotBuffer) else None)
+        # Each call draws fresh counters for every random node (the traced ones drew once).
+        random_counts = [math.prod(node.shape) for node in sig.order if node.op == "RANDOM"]
+        if CONFIG.debug & DEBUG_SCHEDULE:
+            print(f"zyx compile {self.name}: plan of {len(plan.launches)} kernels over "
+                  f"{len(slot_of_input)} bound buffers and {len(plan.temps)} temporaries "
+                  f"({'CPU tensors' if on_cpu else f'zyx:{device.index}'})")
+        return _Plan(device, on_cpu, plan, sig, slot_of_input, outputs, spec, random_counts, checks, mutated)
+
+    def _cannot_trace(self, reason) -> None:
+        if not CONFIG.cpu_fallback:
+            raise NotImplementedError(f"zyx: {self.name} cannot be compiled into one plan ({reason}) and "
+                                      "ZYX_CPU_FALLBACK=0") from (reason if isinstance(reason, Exception) else None)
+        log.warning("zyx: %s cannot be compiled into one plan (%s); it runs op by op", self.name, reason)
+
+    def _eager(self, args):
+        """The graph op by op: through zyx's dispatch for zyx tensors (each op lowered, or run on
+        the CPU and counted, as in eager mode), by CPU torch for CPU tensors."""
+        bump("compile_fallbacks")
+        with torch.no_grad():
+            return self.gm(*args)
+
+
+class _EmptyPlan:
+    """The plan of a graph whose outputs are all inputs or Python values: nothing to launch."""
+
+    launches = temps = root_slots = ()
+
+
+class _EmptySignature:
+    buffers = order = scalar_dtypes = scalar_values = ()
+
