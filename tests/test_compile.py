@@ -309,3 +309,11 @@ def test_index_error_in_a_compiled_graph():
         fn(w.to("zyx"), torch.tensor([1, 12]).to("zyx")).cpu()
     with pytest.raises(IndexError, match="out of bounds"):
         fn(w, torch.tensor([1, 12]))
+
+
+def test_cpu_input_not_aligned_is_copied():
+    fn, _ = compiled(lambda x: x * 2 + 1)
+    raw = bytearray(4 * 1001)
+    x = torch.frombuffer(raw, dtype=torch.float32, offset=4, count=1000)  # 4 bytes past alignment
+    x.copy_(torch.arange(1000.0))
+    close(fn(x), torch.arange(1000.0) * 2 + 1)

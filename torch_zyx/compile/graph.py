@@ -127,9 +127,10 @@ class _Plan:
                           for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values)]
         self.temps = [(n_in + i, dtype, numel) for i, (dtype, numel) in enumerate(plan.temps)]
         self.root_temp = {slot: k for k, slot in enumerate(plan.root_slots) if slot >= n_in}
-        # Pool bytes a call allocates (CPU tensors' results are fresh CPU tensors instead).
-        self.pool_bytes = sum(dtype.itemsize * numel for slot, dtype, numel in self.temps
-                              if not (on_cpu and slot in self.root_temp))
+        # Pool bytes a call allocates for its outputs (CPU tensors': fresh CPU tensors instead).
+        self.output_bytes = 0 if on_cpu else sum(dtype.itemsize * numel for slot, dtype, numel in self.temps
+                                                 if slot in self.root_temp)
+        self.scratch: dict | None = None  # slot -> Buffer, from the first call on
         self.fixed = [None if index is not None else buffer
                       for index, buffer in zip(slot_of_input, sig.buffers)]
 
@@ -154,18 +155,28 @@ class _Plan:
                 buffer.write_from_host(a.data_ptr(), a, fresh=True)
                 buffers.append(buffer)
         outputs_cpu: dict[int, torch.Tensor] = {}
+        scratch = self.scratch
+        if scratch is None:
+            # The temporaries no output escapes with live from call to call: the event table
+            # orders a call's kernels after the previous call's uses of each (ASYNC EVENT RULES),
+            # so reusing them is safe and saves an allocation and a free per kernel per call.
+            scratch = self.scratch = {slot: Buffer(device, dtype, numel) for slot, dtype, numel in self.temps
+                                      if slot not in self.root_temp}
+            bump("bytes_allocated", sum(b.nbytes for b in scratch.values()))
         for slot, dtype, numel in self.temps:
-            k = self.root_temp.get(slot)
-            if self.on_cpu and k is not None:
+            buffer = scratch.get(slot)
+            if buffer is not None:
+                buffers.append(buffer)
+            elif self.on_cpu:
                 flat = torch.empty(numel, dtype=ZYX_TO_TORCH[dtype])
-                outputs_cpu[k] = flat
+                outputs_cpu[self.root_temp[slot]] = flat
                 buffers.append(ExternalBuffer(device, dtype, numel, HostBuffer.wrap(
                     flat.data_ptr(), flat.nbytes, flat), flat))
             else:
                 buffers.append(Buffer(device, dtype, numel))
         buffers.extend(self.constants)
-        if self.pool_bytes:
-            bump("bytes_allocated", self.pool_bytes)
+        if self.output_bytes:
+            bump("bytes_allocated", self.output_bytes)
         random_args = []
         for count in self.random_counts:
             random_args.extend(random.draw(device.index, count))
@@ -226,12 +237,20 @@ class _Plan:
         return tree_unflatten(flat, self.spec)
 
 
-def _host_buffer(device, t: torch.Tensor) -> ExternalBuffer:
+def _host_buffer(device, t: torch.Tensor):
+    """The CPU tensor ``t``'s whole storage as a buffer of the CPU device: its own memory, or a
+    pool copy where that is not aligned as the kernels assume (``torch.frombuffer`` of odd
+    memory; torch's allocator aligns to 64 bytes)."""
     untyped = t.untyped_storage()
     dtype = zdtype(t.dtype)
     numel = untyped.nbytes() // dtype.itemsize
-    return ExternalBuffer(device, dtype, numel, HostBuffer.wrap(untyped.data_ptr(), untyped.nbytes(), untyped),
-                          untyped)
+    ptr = untyped.data_ptr()
+    if ptr % HOST_ALIGNMENT:
+        buffer = Buffer(device, dtype, numel)
+        if numel:
+            buffer.write_from_host(ptr, untyped, fresh=True)
+        return buffer
+    return ExternalBuffer(device, dtype, numel, HostBuffer.wrap(ptr, untyped.nbytes(), untyped), untyped)
 
 
 def _cpu_copy(device, buffer) -> torch.Tensor:

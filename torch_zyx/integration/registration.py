@@ -73,9 +73,11 @@ def register() -> None:
 
 
 def _install_compile() -> None:
-    """The torch.compile backend and Dynamo's view of zyx tensors as tensors (compile/), once
-    Dynamo is loaded: importing it here would add ~1.4 s to every ``import torch_zyx``."""
-    from .. import compile  # noqa: F401  (registers on import)
+    """Dynamo's view of zyx tensors as tensors and the backend's name (compile/dynamo.py), once
+    Dynamo is loaded: importing Dynamo here would add ~1.4 s to every ``import torch_zyx``."""
+    from ..compile import dynamo
+
+    dynamo.install()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
