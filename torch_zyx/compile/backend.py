@@ -2,7 +2,8 @@
 
 ``torch.compile(fn, backend="zyx")`` finds ``backend`` through the ``torch_dynamo_backends``
 entry point (pyproject.toml), so ``torch._dynamo.list_backends()`` lists it after a plain
-``import torch``; dynamo.py names it too where the package is not installed. AOTAutograd gives functionalized aten graphs, forward and backward, with
+``import torch``; dynamo.py names it too where the package is not installed. (Importing this
+module imports torch_zyx, whose registration sets up Dynamo's view of zyx tensors: dynamo.py.) AOTAutograd gives functionalized aten graphs, forward and backward, with
 input mutations (BatchNorm's running statistics) applied to the inputs by its runtime wrapper
 as in eager mode; no decompositions are asked for: every aten op reaches zyx's dispatch when
 the graph is traced, which lowers it, decomposes it where zyx has no lowering, or marks the
@@ -16,7 +17,6 @@ import logging
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from .dynamo import install
 from .graph import CompiledGraph
 
 log = logging.getLogger("torch_zyx")
@@ -31,7 +31,3 @@ def _compiler(kind: str):
 
 backend = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
                        inference_compiler=_compiler("inference"))
-
-
-# (imported directly, as the entry point does, the package's Dynamo set-up must hold too)
-install()
