@@ -41,7 +41,7 @@ from ..memory.host import HostBuffer
 from ..record import random
 from ..record.checks import IndexCheck, add_checks
 from ..record.pending import TracingRealization, tracing
-from ..record.tensor import ZYX_TO_TORCH, Storage, ZyxTensor, zdtype
+from ..record.tensor import ZYX_TO_TORCH, Storage, ZyxTensor, meta, zdtype
 
 log = logging.getLogger("torch_zyx")
 
@@ -82,11 +82,11 @@ class _Binding:
         parts = []
         seen: dict[int, int] = {}
         for i, a in enumerate(args):
-            if isinstance(a, ZyxTensor):
+            if a.__class__ is ZyxTensor or isinstance(a, ZyxTensor):
+                # (the metadata zyx keeps on the tensor: cheaper than asking for sizes and strides)
                 storage = a._storage
-                alias = seen.setdefault(id(storage), i)
-                parts.append(("z", storage.device.index, a.dtype, tuple(a.shape), a.stride(),
-                              a.storage_offset(), storage.numel, alias))
+                parts.append((storage.device, storage.dtype, a._zmeta or meta(a), storage.numel,
+                              seen.setdefault(id(storage), i)))
             elif isinstance(a, torch.Tensor):
                 if a.device.type != "cpu":
                     raise NotImplementedError(f"zyx: a compiled graph given a {a.device.type} tensor")
