@@ -236,7 +236,7 @@ def test_save_load_roundtrip():
     torch.testing.assert_close(on_cpu["t"], t.cpu())
 
 
-@pytest.mark.parametrize("map_location", [None, "cpu"])
+@pytest.mark.parametrize("map_location", [None, "cpu", "zyx"])
 def test_save_keeps_views_of_one_storage_shared(map_location):
     """zyx tensors saved as views of one storage are written as one storage and load (on zyx, or
     on the CPU) as views of one storage, as CPU tensors do: same strides and offsets, and a write
@@ -262,7 +262,7 @@ def test_save_keeps_views_of_one_storage_shared(map_location):
     for key, value in cpu.items():
         assert zyx[key].device.type == (map_location or "zyx"), key
         assert zyx[key].stride() == value.stride() and zyx[key].storage_offset() == value.storage_offset()
-        torch.testing.assert_close(zyx[key].cpu(), value)
+        torch.testing.assert_close(zyx[key].cpu(), value.cpu())  # (value: on zyx for "zyx")
     assert not tensor._saved and not tensor._from_host_storages  # nothing kept after the save and the load
 
 

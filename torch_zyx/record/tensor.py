@@ -339,7 +339,12 @@ def storage_from_host(source: torch.UntypedStorage, dtype: torch.dtype, device) 
 def _rebuild_zyx(cpu: torch.Tensor, index: int, requires_grad: bool, state: dict):
     """Inverse of ``ZyxTensor.__reduce_ex__`` (registered as a safe global for weights_only)."""
     target = torch.device(_target_of(f"zyx:{index}"))
-    if target.type == "zyx":
+    if isinstance(cpu, ZyxTensor):
+        # A zyx map_location moved the saved storage to zyx before this rebuild (torch.load maps
+        # storages, then rebuilds the views on them: set_ to the zyx storage, one zyx Storage
+        # per saved one), so the views already share their storage.
+        out = cpu if cpu.device == target else cpu.to(target)
+    elif target.type == "zyx":
         out = torch.empty(0, dtype=cpu.dtype, device=target)
         storage = storage_from_host(cpu.untyped_storage(), cpu.dtype, out._storage.device)
         restride(out, storage, tuple(cpu.shape), tuple(cpu.stride()), cpu.storage_offset())
