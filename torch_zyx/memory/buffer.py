@@ -16,14 +16,11 @@ from ..dtypes import DType
 _ids = itertools.count()
 
 
-class Buffer:
-    __slots__ = ("__weakref__", "device", "dtype", "id", "numel", "raw")
+class _Memory:
+    """What launches and the event table read of every kind of buffer below: ``id``,
+    ``device``, ``dtype``, ``numel``, ``raw`` (the pool's object, with ``ptr``)."""
 
-    def __init__(self, device, dtype: DType, numel: int):
-        self.id = next(_ids)
-        self.device = device  # an execute.contexts.DeviceContext
-        self.dtype, self.numel = dtype, numel
-        self.raw, _event = device.pool.allocate(max(numel, 1) * dtype.itemsize)
+    __slots__ = ()
 
     @property
     def nbytes(self) -> int:
@@ -32,6 +29,16 @@ class Buffer:
     @property
     def ptr(self) -> int:
         return self.raw.ptr
+
+
+class Buffer(_Memory):
+    __slots__ = ("__weakref__", "device", "dtype", "id", "numel", "raw")
+
+    def __init__(self, device, dtype: DType, numel: int):
+        self.id = next(_ids)
+        self.device = device  # an execute.contexts.DeviceContext
+        self.dtype, self.numel = dtype, numel
+        self.raw, _event = device.pool.allocate(max(numel, 1) * dtype.itemsize)
 
     def write_from_host(self, src_ptr: int, keepalive, fresh: bool = False) -> None:
         """Fill the buffer from host address ``src_ptr`` (``nbytes`` bytes, owned by
@@ -59,7 +66,7 @@ class Buffer:
         return f"<Buffer {self.id} {self.dtype} x{self.numel}>"
 
 
-class ExternalBuffer:
+class ExternalBuffer(_Memory):
     """Memory zyx does not own, bound to a plan's slot for one call: a CPU tensor's storage that
     a compiled graph reads or writes in place (compile/graph.py). ``raw`` is the pool's view of
     it (``HostPool.wrap``); ``owner`` keeps the memory alive while launches use it. Never
@@ -73,19 +80,11 @@ class ExternalBuffer:
         self.dtype, self.numel = dtype, numel
         self.raw, self.owner = raw, owner
 
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.dtype.itemsize
-
-    @property
-    def ptr(self) -> int:
-        return self.raw.ptr
-
     def __repr__(self) -> str:
         return f"<ExternalBuffer {self.id} {self.dtype} x{self.numel}>"
 
 
-class ConstantBuffer:
+class ConstantBuffer(_Memory):
     """Immutable device memory holding ``data`` (scalar parameters), outside the pool.
 
     Written synchronously when made and never again (kernels only load from scalar slots), so
@@ -103,14 +102,6 @@ class ConstantBuffer:
         self.device = device
         self.dtype, self.numel = dtype, len(data) // dtype.itemsize
         self.raw = device.pool.constant(data)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.dtype.itemsize
-
-    @property
-    def ptr(self) -> int:
-        return self.raw.ptr
 
     def __repr__(self) -> str:
         return f"<ConstantBuffer {self.id} {self.dtype} x{self.numel}>"
