@@ -117,7 +117,10 @@ def test_torch_distributions_validate_on_device(no_fallback):
     assert classes.device.type == "zyx" and classes.shape == (64,)
     assert 0 <= int(classes.min()) and int(classes.max()) < 5
     with pytest.raises(ValueError, match="scale"):
-        torch.distributions.Normal(torch.zeros(2, device="zyx"), torch.tensor([1.0, -1.0], device="zyx"))
+        # (explicitly: Dynamo turns the default off for the whole process once torch.compile ran,
+        # as test_compile.py does in the same worker)
+        torch.distributions.Normal(torch.zeros(2, device="zyx"), torch.tensor([1.0, -1.0], device="zyx"),
+                                   validate_args=True)
     for values in ([True, True], [True, False], [False, False], []):
         cpu = torch.tensor(values, dtype=torch.bool)
         zyx = cpu.to("zyx")
