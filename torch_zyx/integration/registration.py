@@ -38,6 +38,8 @@ def register() -> None:
                                             hook=device_module.Hooks(), device_guard=device_module.Guard())
     if device_guard.native_hooks():
         storage.install()
+    else:
+        storage.refuse_loads()
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", factory.empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", factory.empty_strided, "PrivateUse1")

@@ -54,3 +54,19 @@ def install() -> None:
     """Let storage copies reach zyx storages (after the backend set-up, and only with zyx's C++
     hooks, whose allocator gives zyx storages their memory)."""
     torch.UntypedStorage.copy_ = copy_
+
+
+def _refuse_without_hooks(_storage, location: str):
+    """torch.load's deserializer for zyx locations when zyx's C++ hooks are not loaded: PyTorch
+    would make a zyx storage with the device's allocator, which only the hooks register (without
+    one it dereferences a null allocator and the process dies), so this says what to do instead."""
+    if location == "zyx" or location.startswith("zyx:"):
+        raise RuntimeError(
+            f"torch.load(map_location={location!r}) needs zyx's C++ device hooks (not loaded: "
+            "ZYX_NATIVE=0, or no C++ compiler; see the log at INFO level); load with "
+            "map_location='cpu' and move the tensors with .to('zyx')")
+
+
+def refuse_loads() -> None:
+    """Register ``_refuse_without_hooks`` ahead of PyTorch's own PrivateUse1 deserializer."""
+    torch.serialization.register_package(19, lambda _storage: None, _refuse_without_hooks)
