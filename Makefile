@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp
 # Pinned on purpose: a loose `torch` requirement resolves to a multi-GB CUDA build.
 TORCH_VERSION := 2.13.0
 
-.PHONY: venv demo test test-opencl test-ops opinfo-expected opinfo-expected-opencl bench lint ocl clean
+.PHONY: venv demo test test-opencl test-cuda test-ops opinfo-expected opinfo-expected-opencl bench lint ocl clean
 
 venv: $(STAMP)
 
@@ -64,6 +64,19 @@ test-opencl: venv ocl
 	  ZYX_BACKENDS=opencl ZYX_OPINFO_STRIDE=$(OPENCL_OPINFO_STRIDE) $(VPY) -m pytest -n auto -q \
 	    --ignore=tests/test_backends.py tests; \
 	else echo "test-opencl: skipped: no OpenCL platform (pyopencl or an ICD is missing)"; fi
+
+# The whole suite with the first CUDA GPU as zyx:0 (OpInfo slice included; OpInfo tests run in
+# a spawned worker, since CUDA does not survive fork), on a machine with an NVIDIA driver.
+# CUDA_PY is the Python to run it with: by default the venv, given the `cuda` extra (its torch is
+# the CPU build: the tests of copies with torch's own cuda tensors then skip); a Python that has
+# a CUDA build of torch, cuda-bindings, NVRTC, pytest and expecttest already can run it as is
+# (`make test-cuda CUDA_PY=python3`; the C extensions are built in place).
+CUDA_PY ?= $(VPY)
+test-cuda:
+	@if [ "$(CUDA_PY)" = "$(VPY)" ]; then $(MAKE) --no-print-directory venv \
+	  && $(VPY) -m pip install -q -e '.[cuda,test]'; \
+	else $(CUDA_PY) setup.py -q build_ext --inplace >/dev/null; fi
+	ZYX_BACKENDS=cuda $(CUDA_PY) -m pytest -n auto -q --ignore=tests/test_backends.py tests
 
 # Regenerate tests/opinfo_expected_failures_opencl.json (the failures only OpenCL has) from a
 # run of the OpenCL slice.

@@ -669,8 +669,9 @@ def test_threads_record_and_realize_at_once():
     assert "errors []" in result.stdout
 
 
-@pytest.mark.skipif(ZYX0_BACKEND == "opencl", reason="an OpenCL context does not survive fork (PoCL's "
-                    "driver threads are gone in the child); OpInfo tests use a spawned worker there")
+@pytest.mark.skipif(ZYX0_BACKEND != "cpu", reason="an OpenCL or CUDA context does not survive fork "
+                    "(PoCL's driver threads are gone in the child; CUDA forbids it); OpInfo tests use a "
+                    "spawned worker there")
 def test_forked_child_can_launch_kernels():
     # The CPU runtime's thread pool does not survive fork(); the child must get its own, or a
     # large launch waits forever (this hung forked OpInfo tests).

@@ -193,8 +193,9 @@ def _run(cache_dir: Path) -> subprocess.CompletedProcess:
                           text=True, check=False, timeout=120)
 
 
-@pytest.mark.skipif(ZYX0_BACKEND == "opencl", reason="zyx's disk cache holds the CPU backend's LLVM "
-                    "objects; OpenCL programs are cached by pyopencl and the driver (PoCL's kcache)")
+@pytest.mark.skipif(ZYX0_BACKEND != "cpu", reason="this checks the CPU backend's LLVM objects in zyx's "
+                    "disk cache; OpenCL programs are cached by pyopencl and the driver (PoCL's kcache), "
+                    "CUDA CUBINs under <cache>/cuda (tests/test_cuda.py)")
 def test_disk_kernel_cache_reused_by_second_process(tmp_path, monkeypatch):
     from torch_zyx.config import CONFIG
 

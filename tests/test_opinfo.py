@@ -71,9 +71,9 @@ RECORD_DIR = os.environ.get("ZYX_OPINFO_RECORD", "")
 # The zyx device the tests run on (zyx:0) is the first configured backend.
 BACKEND = CONFIG.backends[0] if CONFIG.backends else "cpu"
 # Isolate each test (default): a zyx kernel that segfaults would otherwise kill the xdist worker
-# and lose every outcome after it. Forking is cheap but a child cannot use OpenCL (docstring);
+# and lose every outcome after it. Forking is cheap but a child cannot use OpenCL or CUDA (docstring);
 # with the CPU as zyx:0 the children never touch the OpenCL devices test_backends.py adds.
-_DEFAULT_ISOLATE = "worker" if BACKEND == "opencl" else "fork"
+_DEFAULT_ISOLATE = "worker" if BACKEND in ("opencl", "cuda") else "fork"
 if os.environ.get("ZYX_OPINFO_FORK", "1") in ("", "0"):
     _DEFAULT_ISOLATE = "none"
 ISOLATE = os.environ.get("ZYX_OPINFO_ISOLATE", "") or _DEFAULT_ISOLATE

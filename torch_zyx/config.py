@@ -53,6 +53,8 @@ def _config_file() -> Path:
 class Config:
     debug: int = 0
     cpu_fallback: bool = True
+    # Backend names in device order: "cpu" (LLVM), "opencl" (pyopencl), "cuda" (cuda-bindings
+    # and NVRTC, every GPU); ZYX_BACKENDS=cuda,cpu or config.json's "backends".
     backends: list[str] = field(default_factory=lambda: ["cpu"])
     threads: int = 1
     max_pending: int = 10000

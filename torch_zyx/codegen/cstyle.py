@@ -1,4 +1,4 @@
-"""C-style renderer base: loop IR → C-like kernel source (OpenCL C now, CUDA C later).
+"""C-style renderer base: loop IR → C-like kernel source (OpenCL C, CUDA C).
 
 Stage 5 of the flow for GPU-style devices. Every language difference lives in a
 ``Language`` table (types, work-item index, kernel signature, memory access formats for the
@@ -11,6 +11,12 @@ groups), the kernel declares its group size (the runtime
 launches ``group_size`` items per outer iteration) and group-shared arrays are declared at
 kernel scope, as OpenCL requires. Half and bfloat16 are stored as such and
 computed in float, as in the LLVM renderer, so every backend rounds the same way.
+
+Two launch shapes are the table's choice too: a dialect with ``global_stride`` runs the outer
+RANGE as a grid-stride loop (the runtime may launch fewer work items than outer iterations,
+each taking several), and one with warp shuffles (``warp_size``, ``shuffle_down``) renders the
+grouped kernels' shared-memory tree reductions as shuffle trees within each warp, with one
+shared-memory step between the warps (``warp_tree``): two barriers instead of log2(group).
 """
 
 from __future__ import annotations
@@ -100,6 +106,18 @@ class Language:
     barrier: str = ""
     local_decl: str = ""
     group_attribute: str = ""
+    # The outer RANGE of an ungrouped kernel as a grid-stride loop: the number of work items
+    # the launch runs ({stride} as a 64-bit integer); empty: one work item per iteration.
+    global_stride: str = ""
+    # Warp shuffles for the tree reductions of grouped kernels: lanes per warp, the shuffle
+    # ({x} from the lane {offset} above; every lane of the warp takes part), the register
+    # types it moves. Empty: trees in group-shared memory only (``warp_tree``).
+    warp_size: int = 0
+    shuffle_down: str = ""
+    shuffle_types: frozenset = frozenset()
+    # Math builtins whose faster, less accurate form serves a value that is only ever rounded
+    # to a narrower dtype (key: that dtype): its error is far below the dtype's last place.
+    fast_math: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def _kind(dtype: DType) -> str:
@@ -198,14 +216,16 @@ class CStyleRenderer:
             return rounding.format(x=value)
         return value
 
-    def alu(self, op: str, dtype: DType, args: list[str], src_dtype: DType) -> str:
+    def alu(self, op: str, dtype: DType, args: list[str], src_dtype: DType, rounded: str = "") -> str:
         t = self.rtype(src_dtype)
         if len(args) == 1:
             if op in UNARY_FORMAT:
                 return _pick(UNARY_FORMAT[op], src_dtype, op).format(x=args[0], t=t)
             if op not in self.lang.math_builtins or src_dtype.kind != "f":
                 raise NotImplementedError(f"unary {op} on {src_dtype}")
-            return f"{self.lang.math_builtins[op]}({args[0]})"
+            fast = self.lang.fast_math.get(rounded) if rounded and src_dtype.name == "float32" else None
+            builtin = fast.get(op) if fast else None
+            return f"{builtin or self.lang.math_builtins[op]}({args[0]})"
         fmt = _pick(BINARY_FORMAT[REDUCE_OP.get(op, op)], src_dtype, op)
         return fmt.format(a=args[0], b=args[1], t=t)
 
@@ -251,6 +271,10 @@ class CStyleRenderer:
                 # between barriers inside an ``if`` (all but the last of a multi-output kernel).
                 self.line(f"const {self.lang.index_type} {name} = {self.lang.group_id};")
                 self.line("{")
+            elif start == "start" and self.lang.global_stride:
+                t = self.lang.index_type
+                self.line(f"for ({t} {name} = {self.lang.global_id}; {name} < end; "
+                          f"{name} += {self.lang.global_stride}) {{")
             elif start == "start":
                 self.line(f"const {self.lang.index_type} {name} = {self.lang.global_id};")
                 self.line(f"if ({name} < end) {{")
@@ -288,7 +312,7 @@ class CStyleRenderer:
             self.line(fmt.format(buf=buf, idx=index, value=value))
         elif op == "ALU":
             srcs = [self.values[s] for s in ins.srcs]
-            value = self.alu(ins.arg, ins.dtype, srcs, instrs[ins.srcs[0]].dtype)
+            value = self.alu(ins.arg, ins.dtype, srcs, instrs[ins.srcs[0]].dtype, self.rounded_to.get(i, ""))
             self.values[i] = self.declare(i, ins.dtype, value)
         elif op == "CAST":
             value = self.cast(self.values[ins.srcs[0]], instrs[ins.srcs[0]].dtype, ins.dtype)
@@ -308,11 +332,143 @@ class CStyleRenderer:
         else:
             raise NotImplementedError(op)
 
+    def only_rounded(self) -> dict[int, str]:
+        """Instruction → the dtype every use of its value casts it to, when that dtype has
+        ``fast_math`` forms (a float ``exp`` whose result is only stored as half)."""
+        uses: dict[int, set] = {}
+        for ins in self.kernel.instrs:
+            for src in ins.srcs:
+                uses.setdefault(src, set()).add(ins.dtype.name if ins.op == "CAST" and ins.dtype else "")
+        return {i: next(iter(names)) for i, names in uses.items()
+                if len(names) == 1 and next(iter(names)) in self.lang.fast_math}
+
+    # ------------------------------------------------------------------ warp shuffle trees
+
+    def warp_trees(self) -> dict[int, tuple]:
+        """The shared-memory tree reductions of a grouped kernel that ``warp_tree`` renders
+        with warp shuffles: first instruction → (instruction after the tree, the match)."""
+        lang, k = self.lang, self.kernel
+        if not lang.warp_size or not k.group_size or k.group_size % lang.warp_size:
+            return {}
+        lid = next((ins.arg[0] for ins in k.instrs if ins.op == "SPECIAL"), None)
+        found = {}
+        for i, ins in enumerate(k.instrs):
+            if lid is not None and ins.op == "STORE" and k.instrs[ins.srcs[0]].op == "LOCAL":
+                match = self.match_tree(i, lid)
+                if match is not None:
+                    found[i] = match
+        return found
+
+    def match_tree(self, start: int, lid: str) -> tuple | None:
+        """The tree ``lower.emit_group_reduce`` emits from ``start`` (all items store their
+        partial at their lid; barrier; then for half = group/2 .. 1: ``if (lid < half)
+        shared[lid] = op(shared[lid], shared[lid + half])``; barrier), or None. Anything else
+        (another shape, a type the shuffle cannot move) keeps the generic rendering."""
+        instrs, group = self.kernel.instrs, self.kernel.group_size
+        shared, mine, value = instrs[start].srcs
+        dtype = instrs[shared].dtype
+        lid_var = instrs[mine].arg
+        shuffled = self.lang.register_type.get(dtype.name) in self.lang.shuffle_types
+        if (instrs[shared].arg != group or instrs[mine].op != "INDEX" or not isinstance(lid_var, sym.Var)
+                or lid_var.name != lid or not shuffled):
+            return None
+
+        def at(pos: int, op: str, srcs: tuple | None = None) -> bool:
+            return pos < len(instrs) and instrs[pos].op == op and (srcs is None or instrs[pos].srcs == srcs)
+
+        pos = start + 1
+        if not at(pos, "BARRIER"):
+            return None
+        pos += 1
+        declared: list[int] = []  # INDEX instructions between the levels: later code may use them
+        rop = None
+        half = group // 2
+        while half >= 1:
+            while at(pos, "INDEX"):
+                declared.append(pos)
+                pos += 1
+            if not at(pos, "IF"):
+                return None
+            cond = instrs[instrs[pos].srcs[0]].arg
+            if not (isinstance(cond, sym.Lt) and cond.x == lid_var and cond.bound == half):
+                return None
+            block, first = pos, pos + 1
+            if not at(first, "LOAD", (shared, mine)):
+                return None
+            pos = first + 1
+            while at(pos, "INDEX"):  # inside the block: nothing after it can use them
+                pos += 1
+            second = pos
+            if not (at(second, "LOAD") and len(instrs[second].srcs) == 2 and instrs[second].srcs[0] == shared
+                    and instrs[instrs[second].srcs[1]].arg == sym.add(lid_var, sym.Num(half))):
+                return None
+            combine = second + 1
+            if not at(combine, "ALU", (first, second)) or instrs[combine].arg not in REDUCE_OP \
+                    or rop not in (None, instrs[combine].arg):
+                return None
+            rop = instrs[combine].arg
+            if not (at(combine + 1, "STORE", (shared, mine, combine)) and at(combine + 2, "ENDIF", (block,))
+                    and at(combine + 3, "BARRIER")):
+                return None
+            pos = combine + 4
+            half //= 2
+        return pos, (shared, value, rop, dtype, declared, lid)
+
+    def warp_tree(self, start: int, match: tuple) -> None:
+        """Each warp reduces its items' partials with shuffles; its first lane stores the
+        warp's result in the shared array; after a barrier the first warp reduces those the
+        same way and stores the total at element 0, where the kernel reads it after a barrier
+        (as after the shared-memory tree)."""
+        shared, value, rop, dtype, declared, lid_name = match
+        lang, lid = self.lang, self.vars[lid_name]
+        for i in declared:
+            self.render_instr(i, self.kernel.instrs[i], self.kernel.instrs)
+        t, ws, buf = self.rtype(dtype), lang.warp_size, self.values[shared]
+        warps = self.kernel.group_size // ws
+
+        def shuffle_steps(w: str, width: int) -> None:
+            offset = width // 2
+            while offset >= 1:
+                # Moved once into a register: the op's format may name its operand twice.
+                self.line(f"const {t} {w}_{offset} = {lang.shuffle_down.format(x=w, offset=offset)};")
+                self.line(f"{w} = {self.alu(rop, dtype, [w, f'{w}_{offset}'], dtype)};")
+                offset //= 2
+
+        w = f"w{start}"
+        self.line("{")
+        self.depth += 1
+        self.line(f"{t} {w} = {self.values[value]};")
+        shuffle_steps(w, ws)
+        self.line(f"if ({lid} % {ws}L == 0) {buf}[{lid} / {ws}L] = {w};")
+        self.depth -= 1
+        self.line("}")
+        self.line(lang.barrier)
+        if warps > 1:
+            self.line(f"if ({lid} < {ws}L) {{")
+            self.depth += 1
+            # Lanes from ``warps`` on read stale elements; only lane 0's result is used, and it
+            # combines lanes 0 .. warps - 1 only.
+            self.line(f"{t} {w} = {buf}[{lid}];")
+            shuffle_steps(w, warps)
+            self.line(f"if ({lid} == 0) {buf}[0] = {w};")
+            self.depth -= 1
+            self.line("}")
+            self.line(lang.barrier)
+
     def render(self) -> str:
         k, lang = self.kernel, self.lang
         self.n_params = 0
-        for i, ins in enumerate(k.instrs):
-            self.render_instr(i, ins, k.instrs)
+        self.rounded_to = self.only_rounded() if lang.fast_math else {}
+        trees = self.warp_trees()
+        i = 0
+        while i < len(k.instrs):
+            tree = trees.get(i)
+            if tree is not None:
+                self.warp_tree(i, tree[1])
+                i = tree[0]
+                continue
+            self.render_instr(i, k.instrs[i], k.instrs)
+            i += 1
         args = [lang.buffer_param.format(type=lang.memory_type[d.name], name=f"b{slot}")
                 for slot, d in enumerate(k.buffer_dtypes)]
         self.used_dtypes.update(d.name for d in k.buffer_dtypes)

@@ -4,13 +4,15 @@ configured backend order.
 
 Part of the executor (stage between the tensor model and codegen/runtime). The runtimes are
 the last stage of the flow: they are imported on first use, so importing torch_zyx does not
-load llvmlite's target machine or an OpenCL driver until a zyx tensor needs a device.
+load llvmlite's target machine, an OpenCL driver or the CUDA driver until a zyx tensor needs a
+device. A backend whose driver or package is missing is skipped with a warning saying why.
 """
 
 from __future__ import annotations
 
 import logging
 
+from ..codegen import cuda as cuda_renderer
 from ..codegen import llvm as llvm_renderer
 from ..codegen import opencl as opencl_renderer
 from ..codegen.lower import LoweringOptions
@@ -23,7 +25,9 @@ from ..memory.events import EventTable
 
 log = logging.getLogger("torch_zyx")
 
-RENDERERS = {"llvm": llvm_renderer.render, "opencl": opencl_renderer.render}
+RENDERERS = {"llvm": llvm_renderer.render, "opencl": opencl_renderer.render, "cuda": cuda_renderer.render}
+# Renderers for devices with work groups (GPUs, PoCL): grouped reduces, see lowering_options.
+_GROUPED_RENDERERS = ("opencl", "cuda")
 # Scalar parameter buffers kept per device (a few bytes each).
 _MAX_CONSTANTS = 256
 
@@ -79,8 +83,10 @@ class DeviceContext:
 
 
 def lowering_options(runtime) -> LoweringOptions:
-    """What lowering may use on this device: grouped reduces need work groups (OpenCL)."""
-    if runtime.renderer != "opencl":
+    """What lowering may use on this device: grouped reduces need work groups (OpenCL's, CUDA's
+    blocks), sized from the device's facts (CUDA: 1024 threads and 48 KiB of static shared
+    memory per block; an H200 has 132 SMs)."""
+    if runtime.renderer not in _GROUPED_RENDERERS:
         return LoweringOptions(matmul_tile=getattr(runtime, "matmul_tile", DEFAULT_TILE),
                                pipeline_rows=runtime.renderer == "llvm")
     # Two float64 partials per item must fit in the group's shared memory.
@@ -110,6 +116,9 @@ def devices() -> list[DeviceContext]:
             elif name == "opencl":
                 for runtime in _opencl_runtimes():
                     _devices.append(DeviceContext(len(_devices), runtime))
+            elif name == "cuda":
+                for runtime in _cuda_runtimes():
+                    _devices.append(DeviceContext(len(_devices), runtime))
             else:
                 log.warning("zyx: backend %r is not available in this build; skipped", name)
         if not _devices:
@@ -129,4 +138,30 @@ def _opencl_runtimes() -> list:
     runtimes, reason = opencl_devices()
     if not runtimes:
         log.warning("zyx: backend 'opencl' skipped: %s", reason)
+    return runtimes
+
+
+def cuda_unavailable() -> str:
+    """Why the CUDA backend cannot be used here ("" when it can): cuda-bindings or NVRTC not
+    installed, no driver, no GPU (``python -m torch_zyx.info`` reports it). Makes no device."""
+    try:
+        from ..runtime.cuda import probe
+    except ImportError as exc:
+        return _NO_CUDA_BINDINGS.format(exc=exc)
+    return probe()[1]
+
+
+_NO_CUDA_BINDINGS = ("cuda-bindings is not installed ({exc}); pip install 'torch_zyx[cuda]' "
+                     "(cuda-bindings and nvidia-cuda-nvrtc)")
+
+
+def _cuda_runtimes() -> list:
+    try:
+        from ..runtime.cuda import cuda_devices
+    except ImportError as exc:
+        log.warning("zyx: backend 'cuda' skipped: %s", _NO_CUDA_BINDINGS.format(exc=exc))
+        return []
+    runtimes, reason = cuda_devices()
+    if not runtimes:
+        log.warning("zyx: backend 'cuda' skipped: %s", reason)
     return runtimes

@@ -12,7 +12,18 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...record import overlap
-from ...record.tensor import Storage, ZyxTensor, from_cpu, read, to_cpu, wrap, write, zdtype
+from ...record.tensor import (
+    Storage,
+    ZyxTensor,
+    from_cpu,
+    from_other_device,
+    read,
+    to_cpu,
+    to_torch_device,
+    wrap,
+    write,
+    zdtype,
+)
 from ...record.tensor import meta as meta_of
 from ..registry import aten, device_of, register
 
@@ -128,8 +139,8 @@ def _plain(src):
 def _source_node(src, device):
     if isinstance(src, ZyxTensor):
         if src._storage.device is not device:
-            # Cross-device: through the host (devices only share host memory).
-            return from_cpu(to_cpu(src), device)
+            # Cross-device: device to device where both can (CUDA GPUs), else through the host.
+            return from_other_device(src, device)
         return read(src)
     return from_cpu(src, device)
 
@@ -137,7 +148,7 @@ def _source_node(src, device):
 @register(aten.copy_.default)
 def copy_(dst, src, non_blocking=False):
     if not isinstance(dst, ZyxTensor):
-        dst.copy_(to_cpu(src))
+        dst.copy_(to_torch_device(src, dst.device) if dst.device.type == "cuda" else to_cpu(src))
         return dst
     src = _plain(src)
     overlap.check_internal(dst)
@@ -175,6 +186,8 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
     dtype = dtype or x.dtype
     if device is not None and torch.device(device).type == "cpu":
         return to_cpu(x).to(dtype)
+    if device is not None and torch.device(device).type == "cuda":  # torch's own GPU tensors
+        return to_torch_device(x, torch.device(device)).to(dtype)
     target = _device(torch.device(device).index) if device is not None else x._storage.device
     node = _source_node(x, target)
     return _laid_out(x, g.cast(node, zdtype(dtype)), dtype, target, memory_format)

@@ -1,0 +1,280 @@
+"""GPU benchmark: zyx on a CUDA device against torch CUDA eager and torch.compile (Inductor).
+
+Run on a machine with an NVIDIA GPU and the ``cuda`` extra installed::
+
+    .venv/bin/python bench/bench_gpu.py [--markdown] [--rounds 5] [--repeats 10] [--scale 1]
+
+The zyx devices come from ``ZYX_BACKENDS`` (default here ``cuda,cpu``); the first CUDA one is
+used, and the CPU device measures the recording cost next to it. Each case is checked once
+against torch CUDA eager, warmed up (zyx: kernels compiled and the plan cached; Inductor: the
+graph compiled), then timed as the median over ``--rounds`` interleaved blocks (zyx, eager,
+compiled, each block ``--repeats`` calls after a few untimed ones) of each block's median. A
+call's time is wall time up to its side's synchronization (``torch.zyx.synchronize()``,
+``torch.cuda.synchronize()``), so launch and recording overheads count.
+
+GB/s counts the bytes an ideal kernel moves (each input read once, each output written once).
+The reference is the copy bandwidth this script measures on the same GPU (torch's
+device-to-device ``copy_`` of a 1 GiB tensor: read + write). Targets (DESIGN.md, the CUDA issue):
+
+- the chain (gelu/sigmoid over 64M f32: two inputs, one output) at >= 80% of the copy
+  bandwidth and at least Inductor's throughput;
+- softmax and layer_norm 8192x4096 no slower than CUDA eager;
+- sum over the rows and over the columns of 8192x8192 f32 at >= 75% of the copy bandwidth;
+- recording cost per lazy op on the CUDA device no higher than on the CPU device;
+- the MLP Adam step (784-512-512-10, batch 256) reported.
+
+``--scale 0.25`` shrinks every tensor (a GPU with little memory, or a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import time
+
+
+def _arguments():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved blocks per side (>= 3)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per block")
+    parser.add_argument("--settle", type=int, default=2, help="untimed calls before each block")
+    parser.add_argument("--scale", type=float, default=1.0, help="scale every tensor's size")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (Inductor)")
+    parser.add_argument("--cases", default="", help="comma-separated substrings of case names to run")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
+    os.environ.setdefault("ZYX_BACKENDS", "cuda,cpu")
+    import torch  # after ZYX_BACKENDS: importing torch loads torch_zyx
+
+    from torch_zyx.execute import contexts
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_gpu: this torch build has no CUDA (install a CUDA build of torch)")
+    devices = contexts.devices()
+    gpu = next((ctx for ctx in devices if ctx.runtime.renderer == "cuda"), None)
+    if gpu is None:
+        reason = contexts.cuda_unavailable() or "ZYX_BACKENDS has no cuda"
+        raise SystemExit(f"bench_gpu: no zyx CUDA device: {reason}")
+    cpu = next((ctx for ctx in devices if ctx.runtime.renderer == "llvm"), None)
+    zyx = torch.device("zyx", gpu.index)
+    cuda = torch.device("cuda", gpu.runtime.ordinal)
+    torch.cuda.set_device(cuda)
+    print(f"zyx:{gpu.index} {gpu.runtime.describe()}; torch {torch.__version__} on "
+          f"{torch.cuda.get_device_name(cuda)}")
+    Bench(torch, args, zyx, cuda, cpu).run()
+
+
+class Bench:
+    def __init__(self, torch, args, zyx, cuda, cpu_ctx):
+        self.torch, self.args, self.zyx, self.cuda, self.cpu_ctx = torch, args, zyx, cuda, cpu_ctx
+        self.rows: list[tuple] = []
+
+    # ------------------------------------------------------------------ timing
+
+    def _sync_zyx(self):
+        self.torch.zyx.synchronize()
+
+    def _sync_cuda(self):
+        self.torch.cuda.synchronize(self.cuda)
+
+    def _block(self, fn, inputs, sync) -> float:
+        """Median seconds of ``repeats`` calls, after ``settle`` untimed ones."""
+        for _ in range(self.args.settle):
+            result = fn(*inputs)
+            sync()
+            del result
+        times = []
+        for _ in range(self.args.repeats):
+            start = time.perf_counter()
+            result = fn(*inputs)  # held through the sync: a lazy result nobody holds is never computed
+            sync()
+            times.append(time.perf_counter() - start)
+            del result
+        return statistics.median(times)
+
+    def timed(self, sides: dict) -> dict:
+        """``sides``: name → (fn, inputs, sync). Interleaved blocks, median of block medians."""
+        times: dict = {name: [] for name in sides}
+        for _ in range(max(3, self.args.rounds)):
+            for name, (fn, inputs, sync) in sides.items():
+                times[name].append(self._block(fn, inputs, sync))
+        return {name: statistics.median(values) for name, values in times.items()}
+
+    # ------------------------------------------------------------------ cases
+
+    def size(self, n: int) -> int:
+        return max(1024, int(n * self.args.scale))
+
+    def copy_bandwidth(self) -> float:
+        """GB/s of torch's device-to-device copy of 1 GiB (read + write)."""
+        torch = self.torch
+        n = self.size(1 << 28)
+        src = torch.randn(n, device=self.cuda)
+        dst = torch.empty_like(src)
+        t = self.timed({"copy": (lambda a, b: b.copy_(a), (src, dst), self._sync_cuda)})["copy"]
+        # zyx's side: the simplest kernel that reads and writes every element (a clone of a
+        # realized tensor copies nothing: zyx shares the buffer until one of them is written).
+        zyx_src = src.to(self.zyx)
+        t_zyx = self.timed({"zyx": (lambda a: a + 1, (zyx_src,), self._sync_zyx)})["zyx"]
+        gbs = 2 * src.nbytes / t / 1e9
+        self.rows.append(("copy 1 GiB f32 (reference; zyx: x + 1)", t_zyx, t, None, 2 * src.nbytes, None,
+                          "the reference bandwidth"))
+        del src, dst, zyx_src
+        return gbs
+
+    def case(self, name: str, fn, make_inputs, nbytes: int, target: str, tol: float = 1e-3):
+        if self.args.cases and not any(part and part in name for part in self.args.cases.split(",")):
+            return
+        torch = self.torch
+        inputs = make_inputs()
+        zyx_inputs = [t.to(self.zyx) for t in inputs]
+        expect = fn(*inputs)
+        got = fn(*zyx_inputs)
+        # Checked first: a fast wrong answer is no win.
+        torch.testing.assert_close(got.cpu(), expect.cpu(), rtol=tol, atol=tol)
+        del got, expect
+        sides = {"zyx": (fn, zyx_inputs, self._sync_zyx), "eager": (fn, inputs, self._sync_cuda)}
+        if not self.args.no_compile:
+            compiled = torch.compile(fn)
+            compiled(*inputs)  # compile before timing
+            self._sync_cuda()
+            sides["inductor"] = (compiled, inputs, self._sync_cuda)
+        times = self.timed(sides)
+        self.rows.append((name, times["zyx"], times["eager"], times.get("inductor"), nbytes, target, ""))
+
+    def run(self) -> None:
+        torch, F = self.torch, self.torch.nn.functional
+        copy_gbs = self.copy_bandwidth()
+        gen = torch.Generator(device=self.cuda).manual_seed(0)
+
+        def randn(*shape):
+            return torch.randn(*shape, device=self.cuda, generator=gen)
+
+        n = self.size(64 << 20)
+        self.case("gelu/sigmoid chain, 64M f32 (2 in, 1 out)", lambda a, b: F.gelu(a) * torch.sigmoid(b) + a,
+                  lambda: (randn(n), randn(n)), 3 * 4 * n,
+                  f">= 80% copy ({0.8 * copy_gbs:.0f} GB/s), >= inductor")
+        rows, cols = self.size(8192 * 4096) // 4096, 4096
+        self.case(f"softmax {rows}x{cols}", lambda x: torch.softmax(x, -1), lambda: (randn(rows, cols),),
+                  2 * 4 * rows * cols, "<= eager time")
+        self.case(f"layer_norm {rows}x{cols}", lambda x, w, b: F.layer_norm(x, (cols,), w, b),
+                  lambda: (randn(rows, cols), randn(cols), randn(cols)), 2 * 4 * rows * cols, "<= eager time")
+        side = int(self.size(8192 * 8192) ** 0.5)
+        self.case(f"sum over rows {side}x{side}", lambda x: x.sum(-1), lambda: (randn(side, side),),
+                  4 * side * side, f">= 75% copy ({0.75 * copy_gbs:.0f} GB/s)", tol=1e-2)
+        self.case(f"sum over columns {side}x{side}", lambda x: x.sum(0), lambda: (randn(side, side),),
+                  4 * side * side, f">= 75% copy ({0.75 * copy_gbs:.0f} GB/s)", tol=1e-2)
+        mlp = self.mlp_step()
+        record = self.recording()
+        self.report(copy_gbs, mlp, record)
+
+    def mlp_step(self) -> tuple[float, float, float | None] | None:
+        """Seconds per Adam step of the MLP 784-512-512-10, batch 256: zyx, eager, compiled."""
+        if self.args.cases and "mlp" not in self.args.cases.lower():
+            return None
+        torch, nn = self.torch, self.torch.nn
+        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10))
+        gen = torch.Generator().manual_seed(0)
+        x, y = torch.randn(256, 784, generator=gen), torch.randint(0, 10, (256,), generator=gen)
+
+        def make(device, compiled=False):
+            net = copy.deepcopy(model).to(device)
+            opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+            forward = torch.compile(net) if compiled else net
+            xs, ys = x.to(device), y.to(device)
+
+            def step():
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(forward(xs), ys)
+                loss.backward()
+                opt.step()
+                return loss
+
+            return step
+
+        sides = {"zyx": (make(self.zyx), (), self._sync_zyx),
+                 "eager": (make(self.cuda), (), self._sync_cuda)}
+        if not self.args.no_compile:
+            compiled = make(self.cuda, compiled=True)
+            compiled()
+            sides["inductor"] = (compiled, (), self._sync_cuda)
+        for fn, _inputs, sync in sides.values():  # warm up (zyx: every plan of a step cached)
+            for _ in range(3):
+                fn()
+            sync()
+        times = self.timed(sides)
+        return times["zyx"], times["eager"], times.get("inductor")
+
+    def recording(self) -> tuple[float, float | None]:
+        """Thread CPU microseconds per lazily recorded op on the CUDA device and on the CPU
+        device (best of five chains of 2000 ops, nothing realized mid-way)."""
+        torch = self.torch
+        from torch_zyx.config import CONFIG
+
+        def per_op(device) -> float:
+            x = torch.randn(64).to(device)
+            self._sync_zyx()
+            best = float("inf")
+            old, CONFIG.max_pending = CONFIG.max_pending, 10 ** 9
+            try:
+                for _ in range(5):
+                    y = x
+                    start = time.thread_time_ns()
+                    for i in range(2000):
+                        y = y * 1.0001 if i % 2 else y + 0.5
+                    best = min(best, time.thread_time_ns() - start)
+                    del y
+                    self._sync_zyx()
+            finally:
+                CONFIG.max_pending = old
+            return best / 2000 / 1e3
+
+        on_cpu = per_op(torch.device("zyx", self.cpu_ctx.index)) if self.cpu_ctx is not None else None
+        return per_op(self.zyx), on_cpu
+
+    # ------------------------------------------------------------------ report
+
+    def report(self, copy_gbs: float, mlp, record) -> None:
+        header = ("case", "zyx ms", "eager ms", "inductor ms", "zyx GB/s", "zyx/copy", "eager/zyx",
+                  "inductor/zyx", "target")
+        lines = []
+        for name, t_zyx, t_eager, t_ind, nbytes, target, note in self.rows:
+            gbs = nbytes / t_zyx / 1e9
+            lines.append((name, f"{t_zyx * 1e3:.3f}", f"{t_eager * 1e3:.3f}",
+                          f"{t_ind * 1e3:.3f}" if t_ind else "-", f"{gbs:.0f}",
+                          f"{gbs / copy_gbs:.0%}", f"{t_eager / t_zyx:.2f}x",
+                          f"{t_ind / t_zyx:.2f}x" if t_ind else "-", target or note))
+        if mlp is not None:
+            t_zyx, t_eager, t_ind = mlp
+            lines.append(("MLP 784-512-512-10 Adam step, batch 256", f"{t_zyx * 1e3:.3f}",
+                          f"{t_eager * 1e3:.3f}",
+                          f"{t_ind * 1e3:.3f}" if t_ind else "-", "-", "-", f"{t_eager / t_zyx:.2f}x",
+                          f"{t_ind / t_zyx:.2f}x" if t_ind else "-", "reported"))
+        on_gpu, on_cpu = record
+        lines.append(("recording cost per lazy op", f"{on_gpu:.1f} us", "-", "-", "-", "-", "-", "-",
+                      f"<= CPU device's {on_cpu:.1f} us" if on_cpu is not None else "(no CPU device)"))
+        footer = (f"copy bandwidth (torch device-to-device copy_): {copy_gbs:.0f} GB/s; median over "
+                  f"{max(3, self.args.rounds)} interleaved blocks of {self.args.repeats} calls, each after "
+                  f"{self.args.settle} untimed calls of its side; ratios > 1x: zyx faster")
+        if self.args.markdown:
+            print(f"| {' | '.join(header)} |")
+            print(f"|{'|'.join('---' for _ in header)}|")
+            for line in lines:
+                print(f"| {' | '.join(line)} |")
+            print(f"\n{footer}")
+        else:
+            widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
+            for line in [header, *lines]:
+                print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)))
+            print(footer)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""CUDA C renderer: the CUDA table for the C-style renderer base (``cstyle``).
+
+Stage 5 of the flow for CUDA devices (runtime/cuda.py compiles the result with NVRTC). A kernel
+is ``extern "C" __global__ void name(T* __restrict__ b0, ..., unsigned long long p0, ...,
+long long end)`` with 64-bit indices. Ungrouped kernels run their outer iterations as a
+grid-stride loop, so the runtime launches enough blocks to fill the GPU rather than one thread
+per element (a 64M-element chain is ~2k blocks of 256 threads, each thread taking ~100
+elements). Grouped kernels (one block per outer iteration) declare their block size with
+``__launch_bounds__`` and reduce with warp shuffles (``cstyle.warp_tree``), group-shared
+arrays as ``__shared__``.
+
+The source needs no header (NVRTC compiles it without an include path): half is stored as its
+16 bits and converted with the PTX ``cvt`` instructions that ``cuda_fp16.h`` itself uses (round
+to nearest even); bfloat16 is stored as its upper float bits with OpenCL's bit-exact helper
+(round to nearest even, NaN kept quiet), so both round as the CPU backend does; bool is a byte.
+Math builtins are CUDA's full-precision functions (``expf`` & co. through their C++ overloads):
+their fast intrinsics (``__expf``, ``__logf``, ``__sinf``) miss float32's OpInfo tolerances, so
+they are used only where the stored dtype's precision hides their error (``fast_math``).
+Divisions and square roots stay IEEE-rounded (NVRTC's defaults; no ``--use_fast_math``).
+"""
+
+from __future__ import annotations
+
+from .cstyle import Language
+from .cstyle import render as render_c
+from .ir import LoopKernel
+
+MEMORY_TYPE = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float",
+               "float64": "double", "int8": "signed char", "int16": "short", "int32": "int",
+               "int64": "long long", "uint8": "unsigned char", "uint64": "unsigned long long",
+               "bool": "unsigned char"}
+REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="bool")
+
+# float16 <-> float through the PTX conversions (as cuda_fp16.hpp does), guarded: a CI batch
+# and the runtime compile many kernels' sources as one NVRTC program.
+_HALF_HELPER = """#ifndef ZYX_HALF
+#define ZYX_HALF
+static __device__ __forceinline__ float zyx_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+static __device__ __forceinline__ unsigned short zyx_f2h(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+#endif"""
+# bfloat16 → float is exact; float → bfloat16 rounds to nearest even and keeps NaN quiet
+# (the OpenCL renderer's helper, bit for bit).
+_BF16_HELPER = """#ifndef ZYX_BF16
+#define ZYX_BF16
+static __device__ __forceinline__ unsigned short zyx_f2bf(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static __device__ __forceinline__ float zyx_bf2f(unsigned short h) {
+  return __uint_as_float(((unsigned int)h) << 16);
+}
+#endif"""
+
+# __expf: 2 + 1.16 |x| ulp of float (below 2^-16 relative over exp's finite range), far under
+# half's and bfloat16's last place (2^-11, 2^-8): a half or bfloat16 exp rounds as expf's does
+# except within that distance of a rounding boundary. Other intrinsics are not: __logf's
+# absolute error is large relative to log near 1, __sinf/__cosf lose accuracy outside [-pi, pi].
+_LOW_PRECISION_MATH = {"exp": "__expf"}
+
+CUDA = Language(
+    name="cuda",
+    memory_type=MEMORY_TYPE,
+    register_type=REGISTER_TYPE,
+    kernel_prefix='extern "C" __global__',
+    # Distinct buffers of one launch never overlap (see llvm.py ``alias_tags``): loads may go
+    # through the read-only cache and stay in registers across stores.
+    buffer_param="{type}* __restrict__ {name}",
+    scalar_param="{type} {name}",
+    global_id="((long long)blockIdx.x * blockDim.x + threadIdx.x)",
+    global_stride="((long long)gridDim.x * blockDim.x)",
+    index_type="long long",
+    param_type="unsigned long long",
+    load_format={"float16": "zyx_h2f({buf}[{idx}])", "bfloat16": "zyx_bf2f({buf}[{idx}])",
+                 "bool": "({buf}[{idx}] != 0)"},
+    store_format={"float16": "{buf}[{idx}] = zyx_f2h({value});",
+                  "bfloat16": "{buf}[{idx}] = zyx_f2bf({value});",
+                  "bool": "{buf}[{idx}] = (unsigned char){value};"},
+    dtype_prelude={"float16": _HALF_HELPER, "bfloat16": _BF16_HELPER},
+    round_format={"float16": "zyx_h2f(zyx_f2h({x}))", "bfloat16": "zyx_bf2f(zyx_f2bf({x}))"},
+    # No math.h under NVRTC: INFINITY and NAN are not defined; bit patterns instead (a cast
+    # to double keeps them: the literal is ``((double)...)``).
+    infinity="__int_as_float(0x7f800000)",
+    nan="__int_as_float(0x7fc00000)",
+    group_id="((long long)blockIdx.x)",
+    local_id="((long long)threadIdx.x)",
+    barrier="__syncthreads();",
+    local_decl="__shared__ {type} {name}[{size}];",
+    # The block size of a grouped kernel; the runtime launches blocks of exactly this size
+    # (runtime/cuda.py reads it back from the source).
+    group_attribute="__launch_bounds__({size})",
+    warp_size=32,
+    shuffle_down="__shfl_down_sync(0xffffffffu, {x}, {offset})",
+    shuffle_types=frozenset({"float", "double", "int", "long long", "unsigned long long"}),
+    fast_math={"float16": _LOW_PRECISION_MATH, "bfloat16": _LOW_PRECISION_MATH},
+)
+
+
+def render(kernel: LoopKernel) -> str:
+    return render_c(kernel, CUDA)
