@@ -32,6 +32,8 @@ import argparse
 import copy
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 
@@ -44,11 +46,15 @@ def _arguments():
     parser.add_argument("--scale", type=float, default=1.0, help="scale every tensor's size")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (Inductor)")
     parser.add_argument("--cases", default="", help="comma-separated substrings of case names to run")
+    parser.add_argument("--torch-training-side", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
 def main() -> None:
     args = _arguments()
+    if args.torch_training_side:
+        serve_torch_training(args)
+        return
     os.environ.setdefault("ZYX_BACKENDS", "cuda,cpu")
     import torch  # after ZYX_BACKENDS: importing torch loads torch_zyx
 
@@ -70,6 +76,98 @@ def main() -> None:
     Bench(torch, args, zyx, cuda, cpu).run()
 
 
+def block(fn, inputs, sync, args) -> float:
+    """Median seconds of ``args.repeats`` calls, after ``args.settle`` untimed ones."""
+    for _ in range(args.settle):
+        result = fn(*inputs)
+        sync()
+        del result
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        result = fn(*inputs)  # held through the sync: a lazy result nobody holds is never computed
+        sync()
+        times.append(time.perf_counter() - start)
+        del result
+    return statistics.median(times)
+
+
+def mlp_and_data(torch):
+    """The MLP 784-512-512-10 (seeded weights), a batch of 256 and its labels, on the CPU."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    gen = torch.Generator().manual_seed(0)
+    return model, torch.randn(256, 784, generator=gen), torch.randint(0, 10, (256,), generator=gen)
+
+
+def adam_step(torch, model, x, y, device, compiled=False):
+    """One training step's function (zero_grad, forward, cross entropy, backward, Adam) of a
+    copy of ``model`` on ``device``; ``compiled``: the model through torch.compile."""
+    net = copy.deepcopy(model).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    forward = torch.compile(net) if compiled else net
+    xs, ys = x.to(device), y.to(device)
+
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(forward(xs), ys)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def serve_torch_training(args) -> None:
+    """The torch CUDA side of the training case, in a process without zyx: while a PrivateUse1
+    backend is registered, PyTorch (2.8 on) makes it the process's only accelerator and its
+    autograd engine fails every backward over ``cuda`` tensors (pytorch/pytorch#161129). Reads
+    a side's name per line (``eager``, ``inductor``), answers that side's block time."""
+    import torch
+
+    model, x, y = mlp_and_data(torch)
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    steps = {"eager": adam_step(torch, model, x, y, cuda)}
+    if not args.no_compile:
+        steps["inductor"] = adam_step(torch, model, x, y, cuda, compiled=True)
+    for step in steps.values():  # warm up (Inductor: forward and backward compiled)
+        for _ in range(3):
+            step()
+    torch.cuda.synchronize()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        seconds = block(steps[line.strip()], (), torch.cuda.synchronize, args)
+        print(seconds, flush=True)
+
+
+class TorchTrainingSide:
+    """The parent's handle on ``serve_torch_training``'s process (same arguments, no zyx)."""
+
+    def __init__(self, args):
+        env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+        command = [sys.executable, os.path.abspath(__file__), "--torch-training-side",
+                   "--repeats", str(args.repeats), "--settle", str(args.settle)]
+        if args.no_compile:
+            command.append("--no-compile")
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        env=env)
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError("bench_gpu: the torch training side did not start")
+
+    def side(self, name: str):
+        def one_block() -> float:
+            self.process.stdin.write(name + "\n")
+            self.process.stdin.flush()
+            return float(self.process.stdout.readline())
+
+        return one_block
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
 class Bench:
     def __init__(self, torch, args, zyx, cuda, cpu_ctx):
         self.torch, self.args, self.zyx, self.cuda, self.cpu_ctx = torch, args, zyx, cuda, cpu_ctx
@@ -83,27 +181,13 @@ class Bench:
     def _sync_cuda(self):
         self.torch.cuda.synchronize(self.cuda)
 
-    def _block(self, fn, inputs, sync) -> float:
-        """Median seconds of ``repeats`` calls, after ``settle`` untimed ones."""
-        for _ in range(self.args.settle):
-            result = fn(*inputs)
-            sync()
-            del result
-        times = []
-        for _ in range(self.args.repeats):
-            start = time.perf_counter()
-            result = fn(*inputs)  # held through the sync: a lazy result nobody holds is never computed
-            sync()
-            times.append(time.perf_counter() - start)
-            del result
-        return statistics.median(times)
-
     def timed(self, sides: dict) -> dict:
-        """``sides``: name → (fn, inputs, sync). Interleaved blocks, median of block medians."""
+        """``sides``: name → (fn, inputs, sync), or name → a callable giving one block's time
+        (a side timed in another process). Interleaved blocks, median of block medians."""
         times: dict = {name: [] for name in sides}
         for _ in range(max(3, self.args.rounds)):
-            for name, (fn, inputs, sync) in sides.items():
-                times[name].append(self._block(fn, inputs, sync))
+            for name, side in sides.items():
+                times[name].append(side() if callable(side) else block(*side, self.args))
         return {name: statistics.median(values) for name, values in times.items()}
 
     # ------------------------------------------------------------------ cases
@@ -147,6 +231,8 @@ class Bench:
             sides["inductor"] = (compiled, inputs, self._sync_cuda)
         times = self.timed(sides)
         self.rows.append((name, times["zyx"], times["eager"], times.get("inductor"), nbytes, target, ""))
+        print(f"  {name}: " + ", ".join(f"{side} {t * 1e3:.3f} ms" for side, t in times.items()),
+              file=sys.stderr, flush=True)
 
     def run(self) -> None:
         torch, F = self.torch, self.torch.nn.functional
@@ -175,41 +261,24 @@ class Bench:
         self.report(copy_gbs, mlp, record)
 
     def mlp_step(self) -> tuple[float, float, float | None] | None:
-        """Seconds per Adam step of the MLP 784-512-512-10, batch 256: zyx, eager, compiled."""
+        """Seconds per Adam step of the MLP 784-512-512-10, batch 256: zyx, eager, compiled
+        (torch's two in a process without zyx, ``serve_torch_training``)."""
         if self.args.cases and "mlp" not in self.args.cases.lower():
             return None
-        torch, nn = self.torch, self.torch.nn
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10))
-        gen = torch.Generator().manual_seed(0)
-        x, y = torch.randn(256, 784, generator=gen), torch.randint(0, 10, (256,), generator=gen)
-
-        def make(device, compiled=False):
-            net = copy.deepcopy(model).to(device)
-            opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-            forward = torch.compile(net) if compiled else net
-            xs, ys = x.to(device), y.to(device)
-
-            def step():
-                opt.zero_grad()
-                loss = nn.functional.cross_entropy(forward(xs), ys)
-                loss.backward()
-                opt.step()
-                return loss
-
-            return step
-
-        sides = {"zyx": (make(self.zyx), (), self._sync_zyx),
-                 "eager": (make(self.cuda), (), self._sync_cuda)}
-        if not self.args.no_compile:
-            compiled = make(self.cuda, compiled=True)
-            compiled()
-            sides["inductor"] = (compiled, (), self._sync_cuda)
-        for fn, _inputs, sync in sides.values():  # warm up (zyx: every plan of a step cached)
-            for _ in range(3):
-                fn()
-            sync()
-        times = self.timed(sides)
+        torch = self.torch
+        model, x, y = mlp_and_data(torch)
+        step = adam_step(torch, model, x, y, self.zyx)
+        for _ in range(3):  # warm up: every plan of a step cached
+            step()
+        self._sync_zyx()
+        other = TorchTrainingSide(self.args)
+        try:
+            sides = {"zyx": (step, (), self._sync_zyx), "eager": other.side("eager")}
+            if not self.args.no_compile:
+                sides["inductor"] = other.side("inductor")
+            times = self.timed(sides)
+        finally:
+            other.close()
         return times["zyx"], times["eager"], times.get("inductor")
 
     def recording(self) -> tuple[float, float | None]:

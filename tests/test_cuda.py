@@ -1065,7 +1065,7 @@ def test_pool_reuses_memory_in_stream_order_and_frees(gpu):
     assert grown == before + (4 << 20)
     y = (x * 2).sum()
     assert y.item() == pytest.approx((x.cpu() * 2).sum().item(), rel=1e-4, abs=1e-2)
-    del x
+    del x, y  # (y: the sum's 4 bytes)
     gc.collect()
     torch_zyx.synchronize()
     assert pool.allocated <= grown - (4 << 20)
