@@ -17,7 +17,7 @@ $(VPY):
 # Re-run when the install inputs change (the C node table is built by this install) or the venv is new.
 $(STAMP): pyproject.toml setup.py torch_zyx/lazy/_native.c | $(VPY)
 	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q torch==$(TORCH_VERSION)
-	$(VPY) -m pip install -q -e '.[test]'
+	$(VPY) -m pip install -q -e '.[test,cuda]'
 	@touch $(STAMP)
 
 demo: venv
@@ -38,11 +38,13 @@ ocl: venv
 	@$(VPY) -c "import pyopencl" 2>/dev/null || $(VPY) -m pip install -q pyopencl \
 	  || echo "ocl: pip install pyopencl failed; OpenCL tests will be skipped"
 
-# The CPU pass, the OpenCL pass, and a short pass on the Python node table (ZYX_NATIVE=0: the
-# fallback where the install could not compile torch_zyx/lazy/_native.c) over the tests that
-# lean on the graph most: fusion and the schedule cache, aliasing and mutation, memory.
+# The CPU pass (which also renders every kernel of the fusion and op tests as CUDA C and compiles
+# it with NVRTC, no GPU needed: tests/cuda_render_check.py), the OpenCL pass, and a short pass on
+# the Python node table (ZYX_NATIVE=0: the fallback where the install could not compile
+# torch_zyx/lazy/_native.c) over the tests that lean on the graph most: fusion and the schedule
+# cache, aliasing and mutation, memory.
 test: venv ocl
-	$(VPY) -m pytest -n auto -q tests
+	ZYX_CHECK_CUDA_RENDER=1 $(VPY) -m pytest -n auto -q tests
 	ZYX_NATIVE=0 $(VPY) -m pytest -n auto -q tests/test_fusion.py tests/test_semantics.py tests/test_memory.py
 	$(MAKE) --no-print-directory test-opencl
 
