@@ -1052,6 +1052,13 @@ def test_device_reports_the_gpu(gpu):
     assert properties.multi_processor_count == runtime.compute_units
     free, total = torch.zyx.mem_get_info(gpu.index)
     assert 0 < free <= total == runtime.global_memory
+    if torch.cuda.is_available():  # the same GPU as torch's own: the same facts
+        ordinal = runtime.ordinal
+        theirs = torch.cuda.get_device_properties(ordinal)
+        assert torch.cuda.get_device_name(ordinal) in name
+        assert (properties.major, properties.minor) == (theirs.major, theirs.minor)
+        assert properties.total_memory == theirs.total_memory
+        assert properties.multi_processor_count == theirs.multi_processor_count
 
 
 def test_pool_reuses_memory_in_stream_order_and_frees(gpu):

@@ -181,8 +181,12 @@ def memory_stats(device=None) -> dict[str, int]:
 def mem_get_info(device=None) -> tuple[int, int]:
     """(free, total) bytes of the device's memory, as ``torch.cuda.mem_get_info``: the host's
     available and physical memory for the CPU backend (zyx's pools are host memory), an
-    OpenCL device's global memory less what zyx's pool holds of it."""
+    OpenCL device's global memory less what zyx's pool holds of it, a CUDA GPU's own answer
+    (``cuMemGetInfo``: what every process left free)."""
     ctx = _ctx(device)
+    own = getattr(ctx.runtime, "mem_get_info", None)
+    if own is not None:
+        return own()
     total = getattr(ctx.runtime, "global_memory", None)
     if total is None:
         page = os.sysconf("SC_PAGE_SIZE")
@@ -202,13 +206,17 @@ class DeviceProperties:
     name: str
     total_memory: int
     multi_processor_count: int
+    # Compute capability (CUDA GPUs; 0.0 elsewhere).
+    major: int = 0
+    minor: int = 0
 
 
 def get_device_properties(device=None) -> DeviceProperties:
     ctx = _ctx(device)
     runtime = ctx.runtime
     units = getattr(runtime, "compute_units", None) or getattr(runtime, "threads", 1)
-    return DeviceProperties(runtime.describe(), mem_get_info(ctx.index)[1], units)
+    arch = getattr(runtime, "arch", 0)
+    return DeviceProperties(runtime.describe(), mem_get_info(ctx.index)[1], units, arch // 10, arch % 10)
 
 
 # torch.zyx.Stream / torch.zyx.Event make PyTorch's own torch.Stream / torch.Event on zyx (not
