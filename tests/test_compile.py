@@ -28,6 +28,15 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+def cpu_backend() -> bool:
+    """Whether zyx has a CPU device: CPU tensors compile onto it. Where ZYX_BACKENDS leaves it
+    out (the OpenCL pass), a graph given CPU tensors runs op by op on the CPU instead (counted in
+    compile_fallbacks)."""
+    from torch_zyx.execute.contexts import devices
+
+    return any(context.runtime.renderer == "llvm" for context in devices())
+
+
 def compiled(fn):
     """``fn`` compiled with the zyx backend, and Dynamo's counter of the graphs it compiled."""
     counter = torch._dynamo.testing.CompileCounterWithBackend("zyx")
@@ -69,7 +78,10 @@ def test_elementwise_chain_forward_backward_one_plan(where):
         if step > 0:  # steady state: plans launched, nothing traced or compiled again
             assert counts["compiled_plans"] == 0 and counts["kernels_compiled"] == 0
             assert counts["kernelizer_runs"] == 0
-        assert counts["kernels_launched"] >= 1 and counts["compile_fallbacks"] == 0
+        if where == "cpu" and not cpu_backend():
+            assert counts["kernels_launched"] == 0 and counts["compile_fallbacks"] >= 1
+        else:
+            assert counts["kernels_launched"] >= 1 and counts["compile_fallbacks"] == 0
     assert counter.frame_count == 1
 
 
@@ -297,6 +309,10 @@ def test_cpu_tensors_are_read_and_written_in_place():
     out = fn(x, y)
     assert type(out) is torch.Tensor and out.device.type == "cpu"
     counts = torch_zyx.counters()
+    close(out, (x * y + 1).relu())
+    if not cpu_backend():
+        assert counts["kernels_launched"] == 0 and counts["compile_fallbacks"] == 1
+        return
     assert counts["kernels_launched"] == 1 and counts["bytes_allocated"] == 0
     close(out, (x * y + 1).relu())
 
