@@ -108,6 +108,7 @@ def versions() -> dict:
     info["pyopencl"] = _package_version("pyopencl") or "not installed"
     cuda = _package_version("cuda-bindings") or _package_version("cuda-python")
     info["cuda-bindings"] = cuda or "not installed"
+    info["NVRTC"] = _package_version("nvidia-cuda-nvrtc") or "not installed (the nvidia-cuda-nvrtc wheel)"
     info["platform"] = platform.platform()
     info["CPU"] = f"{_cpu_model()} ({platform.machine()}, {os.cpu_count()} logical CPUs"
     if hasattr(os, "sched_getaffinity"):
@@ -154,10 +155,18 @@ def _opencl_backend() -> dict:
 
 
 def _cuda_backend() -> dict:
-    cuda = _package_version("cuda-bindings") or _package_version("cuda-python")
-    bindings = f"cuda-bindings {cuda} installed" if cuda else "cuda-bindings not installed"
-    return {"found": False, "reason": f"this build of torch_zyx has no CUDA backend yet ({bindings}; "
-                                      f"NVIDIA driver: {_cuda_driver()})"}
+    from torch_zyx.execute.contexts import cuda_unavailable
+
+    reason = cuda_unavailable()
+    if reason:
+        return {"found": False, "reason": f"{reason} (NVIDIA driver: {_cuda_driver()})"}
+    from torch_zyx.runtime.cuda import cuda_devices
+
+    # Retains each GPU's primary context, as zyx would.
+    runtimes, reason = cuda_devices()
+    if not runtimes:
+        return {"found": False, "reason": reason}
+    return {"found": True, "detail": "; ".join(runtime.describe().partition(": ")[2] for runtime in runtimes)}
 
 
 def _cuda_driver() -> str:
