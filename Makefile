@@ -44,7 +44,7 @@ ocl: venv
 # torch_zyx/lazy/_native.c) over the tests that lean on the graph most: fusion and the schedule
 # cache, aliasing and mutation, memory.
 test: venv ocl
-	ZYX_CHECK_CUDA_RENDER=1 $(VPY) -m pytest -n auto -q tests
+	ZYX_CHECK_CUDA_RENDER=cubin $(VPY) -m pytest -n auto -q tests
 	ZYX_NATIVE=0 $(VPY) -m pytest -n auto -q tests/test_fusion.py tests/test_semantics.py tests/test_memory.py
 	$(MAKE) --no-print-directory test-opencl
 

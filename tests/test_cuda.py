@@ -121,6 +121,9 @@ def _cases():
         ("sum rows grouped", lambda a: a.sum(-1), (rand(64, 4096),)),
         ("sum columns", lambda a: a.sum(0), (rand(300, 70),)),
         ("full sum and mean", lambda a: (a.sum(), a.mean(), a.square().sum()), (rand(40000),)),
+        # One kernel of many grouped reduces: their shared arrays together must fit in a block's
+        # 48 KiB (ptxas refuses the kernel otherwise), so its group is smaller.
+        ("many sums in one kernel", lambda a: tuple((a * k).sum() for k in range(1, 31)), (rand(40000),)),
         ("max with nan", lambda a: (a.amax(-1), a.amin(0), a.max()), (with_nan,)),
         ("var and int prod", lambda a, b: (a.var(-1), b.prod(-1)),
          (rand(5, 600), ints(5, 300, low=1, high=3))),

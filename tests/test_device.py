@@ -359,7 +359,7 @@ def test_torch_zyx_memory_and_device_queries():
     properties = zyx.get_device_properties(0)
     assert properties.total_memory == total and properties.multi_processor_count >= 1
     assert properties.name == zyx.get_device_name()
-    assert zyx.get_device_name(0).split(":")[0] in ("cpu", "opencl")
+    assert zyx.get_device_name(0).split(":")[0] in ("cpu", "opencl", "cuda")
     assert zyx.is_bf16_supported()
 
 
@@ -467,8 +467,9 @@ def test_debug_output_and_fallback_env():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "zyx schedule kernel 0" in out and "store t" in out
-    source_start = {"cpu": "define void @k_", "opencl": "__kernel void k_"}[ZYX0_BACKEND]
-    assert source_start in out  # generated LLVM IR / OpenCL C
+    source_start = {"cpu": "define void @k_", "opencl": "__kernel void k_",
+                    "cuda": 'extern "C" __global__'}[ZYX0_BACKEND]
+    assert source_start in out  # generated LLVM IR / OpenCL C / CUDA C
     assert "zyx launch k_" in out
     assert out.index("zyx schedule kernel 0") < out.index(source_start)
     assert "24.0" in out
@@ -571,6 +572,7 @@ import sys
 sys.modules["torch_zyx.lazy._native"] = None  # as if the install had no C compiler
 sys.modules["torch_zyx.runtime._launch"] = None
 import torch
+import torch_zyx  # (also where the package runs from its source tree, without its entry point)
 x = torch.arange(4.0, device="zyx")
 print("result", (x * 2 + 1).sum().item())
 """

@@ -56,6 +56,9 @@ class LoweringOptions:
     few_outputs: int = 0
     group_min_reduce: int = 256  # reduced elements per output from which to group
     group_max_outputs: int = 0  # group only while outputs are this few (else one item each)
+    # Bytes of group-shared memory a group may use (0: no bound). Each grouped reduce has its own
+    # shared array of one element per item: a kernel of many reduces gets smaller groups.
+    local_memory: int = 0
     # Elementwise kernels with long rows loop over columns inside one item: good for CPU
     # loops, but GPU work items side by side would then read memory a row apart.
     row_loops: bool = True
@@ -483,9 +486,10 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
             inner_work = 1 + sum(1 for n in g.toposort(values) if n.op == "REDUCE")
         layout = self.axis_runs(shape) if not reduces and opts.row_loops else None
         if group_size > 1:
+            group_size = self.fit_group(values, group_size)
             global_size = self.lower_grouped(shape, group_size)
         elif split and not opts.row_loops and opts.group_size > 1:
-            group_size = opts.group_size
+            group_size = self.fit_group(values, opts.group_size)
             global_size = self.lower_grouped_rows(shape, split, group_size)
         elif split:
             global_size = self.lower_rows(shape, split)
@@ -509,6 +513,17 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
                           work=numel * inner_work, bytes=nbytes,
                           flops=self.flops * numel // self.lanes + self.row_flops * global_size,
                           group_size=group_size if group_size > 1 else 0)
+
+    def fit_group(self, values: list, group: int) -> int:
+        """``group`` halved until the shared arrays of the kernel's reduces (one element of at
+        most 8 bytes per item each) fit in ``LoweringOptions.local_memory``."""
+        budget = self.options.local_memory
+        if not budget:
+            return group
+        reduces = sum(1 for n in g.toposort(values) if n.op == "REDUCE")
+        while group > 2 and reduces * 8 * group > budget:
+            group //= 2
+        return group
 
     def lower_grouped(self, shape: tuple[int, ...], group: int) -> int:
         """One work group per output (flat index), reduces split across its items."""

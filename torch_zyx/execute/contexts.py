@@ -100,7 +100,7 @@ def lowering_options(runtime) -> LoweringOptions:
     max_outputs = runtime.compute_units * (4096 if runtime.is_gpu else 64)
     return LoweringOptions(group_size=group, few_group_size=few, few_outputs=runtime.compute_units,
                            group_min_reduce=256, group_max_outputs=max_outputs,
-                           row_loops=not runtime.is_gpu)
+                           row_loops=not runtime.is_gpu, local_memory=runtime.local_memory)
 
 
 _devices: list[DeviceContext] = []
