@@ -88,12 +88,14 @@ opinfo-expected-opencl: venv ocl
 	  $(VPY) -m pytest -n auto -q tests/test_opinfo.py
 	$(VPY) tests/opinfo_report.py $(OPINFO_RECORD)-opencl --backend opencl --write
 
-# `make test` runs a deterministic ~1/12 slice of the OpInfo tests; this runs all of them and
+# `make test` runs a deterministic ~1/12 slice of the OpInfo tests (and ~1/20 of them through
+# torch.compile, tests/test_opinfo_compile.py); this runs all of them, eager and compiled, and
 # prints the pass rates (tests/opinfo_report.py) from the recorded outcomes.
 OPINFO_RECORD := build/opinfo-record
 test-ops: venv
 	rm -rf $(OPINFO_RECORD)
-	ZYX_OPINFO_FULL=1 ZYX_OPINFO_RECORD=$(OPINFO_RECORD) $(VPY) -m pytest -n auto -q tests/test_opinfo.py; \
+	ZYX_OPINFO_FULL=1 ZYX_OPINFO_RECORD=$(OPINFO_RECORD) $(VPY) -m pytest -n auto -q tests/test_opinfo.py \
+	  tests/test_opinfo_compile.py; \
 	  status=$$?; $(VPY) tests/opinfo_report.py $(OPINFO_RECORD); exit $$status
 
 # Regenerate tests/opinfo_expected_failures.json from a fresh full run.

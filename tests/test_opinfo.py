@@ -38,6 +38,7 @@ there (``tests/opinfo_report.py --write --backend opencl``).
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import math
 import os
@@ -184,13 +185,15 @@ def compare(zyx_out, cpu_out, dtype, values=True, what="output"):
             assert z == c or both_nan, f"{what}[{i}]: {z!r} != {c!r}"
 
 
-def record(name: str, outcome: str, reason: str = "") -> None:
+def record(name: str, outcome: str, reason: str = "", **extra) -> None:
+    """Append an outcome (``pass``/``fail``; test_opinfo_compile.py adds ``info`` records with
+    ``extra`` fields, written from inside the isolated test body) to the worker's record file."""
     if not RECORD_DIR:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     Path(RECORD_DIR).mkdir(parents=True, exist_ok=True)
     with open(Path(RECORD_DIR) / f"{worker}.jsonl", "a") as f:
-        f.write(json.dumps({"test": name, "outcome": outcome, "reason": reason}) + "\n")
+        f.write(json.dumps({"test": name, "outcome": outcome, "reason": reason, **extra}) + "\n")
 
 
 def one_line(exc: BaseException) -> str:
@@ -200,15 +203,14 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}"
 
 
-def _alarm(signum, frame):
-    raise TimeoutError(f"test ran longer than {TEST_TIMEOUT_S}s")
+def run_inline(body, timeout_s: int = TEST_TIMEOUT_S) -> None:
+    def alarm(signum, frame):
+        raise TimeoutError(f"test ran longer than {timeout_s}s")
 
-
-def run_inline(body) -> None:
     saved = CONFIG.cpu_fallback
     CONFIG.cpu_fallback = False
-    old_handler = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(TEST_TIMEOUT_S)
+    old_handler = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(timeout_s)
     try:
         body()
     finally:
@@ -224,14 +226,14 @@ class ForkedFailure(Exception):
         return str(self.args[0])
 
 
-def run_forked(body) -> None:
+def run_forked(body, timeout_s: int = TEST_TIMEOUT_S) -> None:
     """Run ``body`` in a forked child so a segfault in a kernel fails one test, not the worker."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: report through the pipe, never return into pytest
         os.close(read_fd)
         try:
-            run_inline(body)
+            run_inline(body, timeout_s)
             msg = ""
         except BaseException as exc:  # noqa: BLE001 - the parent turns it into the test failure
             msg = one_line(exc) or "failure"
@@ -241,12 +243,12 @@ def run_forked(body) -> None:
     os.close(write_fd)
     # The child may deadlock in C (a lock held by another thread at fork time), where its own
     # SIGALRM handler never runs: the parent enforces the timeout and kills it.
-    ready, _, _ = select.select([read_fd], [], [], TEST_TIMEOUT_S + 5)
+    ready, _, _ = select.select([read_fd], [], [], timeout_s + 5)
     if not ready:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(read_fd)
-        raise ForkedFailure(f"Timeout: forked test did not finish in {TEST_TIMEOUT_S}s (killed)")
+        raise ForkedFailure(f"Timeout: forked test did not finish in {timeout_s}s (killed)")
     with os.fdopen(read_fd) as f:
         msg = f.read()
     _, status = os.waitpid(pid, 0)
@@ -303,8 +305,8 @@ class Worker:
             cls.proc = None
 
     @classmethod
-    def run(cls, test_id: str) -> None:
-        """Run the test ``test_id`` (``Class.method``) in the worker; raise its failure."""
+    def run(cls, test_id: str, timeout_s: int = TEST_TIMEOUT_S) -> None:
+        """Run the test ``test_id`` (``module.Class.method``) in the worker; raise its failure."""
         if cls.proc is None:
             cls.start()
         try:
@@ -313,10 +315,10 @@ class Worker:
         except BrokenPipeError:
             pass  # it died since the last test: the reply read below finds out how
         # Importing torch and op_db takes the new worker ~10-20 s on a busy machine.
-        ready, _, _ = select.select([cls.replies], [], [], TEST_TIMEOUT_S + 60)
+        ready, _, _ = select.select([cls.replies], [], [], timeout_s + 60)
         if not ready:
             cls.stop()
-            raise ForkedFailure(f"Timeout: test did not finish in {TEST_TIMEOUT_S}s in the worker (killed)")
+            raise ForkedFailure(f"Timeout: test did not finish in {timeout_s}s in the worker (killed)")
         reply = cls.replies.readline()
         if not reply:  # EOF: the worker died in the test
             code = cls.proc.wait()
@@ -339,19 +341,19 @@ _fork_unusable = [False]
 _BAD_AUTOGRAD_FORK = "Unable to handle autograd's threading in combination with fork"
 
 
-def run_forked_or_spawned(body, test_id: str) -> None:
+def run_forked_or_spawned(body, test_id: str, timeout_s: int = TEST_TIMEOUT_S) -> None:
     """``run_forked``, or the spawned ``Worker`` when this process can no longer fork autograd.
 
     Under pytest-xdist the OpInfo tests share a process with other test files, whose training
     tests run backward in the parent; a child forked after that fails every gradient test.
     """
     try:
-        run_forked(body)
+        run_forked(body, timeout_s)
     except ForkedFailure as exc:
         if _BAD_AUTOGRAD_FORK not in str(exc):
             raise
         _fork_unusable[0] = True
-        Worker.run(test_id)
+        Worker.run(test_id, timeout_s)
 
 # True in the worker process (``serve``): run_checked runs the body in-process there.
 IN_WORKER = False
@@ -360,14 +362,15 @@ _worker_failure = [""]
 
 
 def serve(read_fd: int, write_fd: int) -> None:
-    """The worker's loop: read a test id, run that test in-process, reply its failure or ""."""
+    """The worker's loop: read a test id (``module.Class.method``: test_opinfo_compile.py's tests
+    run here too), run that test in-process, reply its failure or ""."""
     global IN_WORKER
     IN_WORKER = True
     replies = os.fdopen(write_fd, "w")
     set_up: set[type] = set()
     for line in os.fdopen(read_fd):
-        cls_name, method = line.strip().split(".")
-        cls = globals()[cls_name]
+        module, cls_name, method = line.strip().rsplit(".", 2)
+        cls = getattr(importlib.import_module(module), cls_name)
         if cls not in set_up:
             cls.setUpClass()
             set_up.add(cls)
@@ -381,40 +384,52 @@ def serve(read_fd: int, write_fd: int) -> None:
         replies.flush()
 
 
-class TestZyxOpInfo(TestCase):
-    """PyTorch's device-generic OpInfo tests, instantiated for zyx only."""
+class OpInfoChecks:
+    """``run_checked`` for an OpInfo test class: isolation, recording and expected failures
+    (``expected``: test name -> reason, from ``expected_file``). A mixin, not a ``Test*`` class,
+    so that test_opinfo_compile.py imports it without pytest collecting it there."""
+
+    expected: dict[str, str] = EXPECTED
+    expected_file: Path = EXPECTED_FILE
+    timeout_s: int = TEST_TIMEOUT_S
 
     def run_checked(self, body):
         """Run ``body`` without CPU fallback; record the outcome; xfail known failures."""
         name = self._testMethodName
+        expected = self.expected
+        test_id = f"{type(self).__module__}.{type(self).__name__}.{name}"
         if IN_WORKER:
             try:
-                run_inline(body)
+                run_inline(body, self.timeout_s)
             except BaseException as exc:  # the parent turns it into the test failure
                 _worker_failure[0] = one_line(exc) or "failure"
                 raise
             return
         # A crash cannot be xfailed in-process (it kills the worker); isolated runs still try it.
-        if EXPECTED.get(name, "").startswith(CRASH) and ISOLATE == "none":
-            self.skipTest(f"known crash, run with ZYX_OPINFO_ISOLATE=fork to retry: {EXPECTED[name]}")
+        if expected.get(name, "").startswith(CRASH) and ISOLATE == "none":
+            self.skipTest(f"known crash, run with ZYX_OPINFO_ISOLATE=fork to retry: {expected[name]}")
         # A known hang costs the whole timeout; only the full run (make test-ops) retries it.
-        if EXPECTED.get(name, "").startswith("Timeout:") and not FULL:
-            self.skipTest(f"known hang, ZYX_OPINFO_FULL=1 retries it: {EXPECTED[name]}")
+        if expected.get(name, "").startswith("Timeout:") and not FULL:
+            self.skipTest(f"known hang, ZYX_OPINFO_FULL=1 retries it: {expected[name]}")
         try:
             if ISOLATE == "fork" and not _fork_unusable[0]:
-                run_forked_or_spawned(body, f"{type(self).__name__}.{name}")
+                run_forked_or_spawned(body, test_id, self.timeout_s)
             elif ISOLATE in ("fork", "worker"):
-                Worker.run(f"{type(self).__name__}.{name}")
+                Worker.run(test_id, self.timeout_s)
             else:
-                run_inline(body)
+                run_inline(body, self.timeout_s)
         except Exception as exc:  # every failure is recorded, then re-raised or xfailed
             record(name, "fail", one_line(exc))
-            if name in EXPECTED:
-                pytest.xfail(f"expected failure: {EXPECTED[name]}")
+            if name in expected:
+                pytest.xfail(f"expected failure: {expected[name]}")
             raise
         record(name, "pass")
-        if STRICT and name in EXPECTED:
-            self.fail(f"listed in {EXPECTED_FILE.name} but passes now; regenerate the file")
+        if STRICT and name in expected:
+            self.fail(f"listed in {self.expected_file.name} but passes now; regenerate the file")
+
+
+class TestZyxOpInfo(OpInfoChecks, TestCase):
+    """PyTorch's device-generic OpInfo tests, instantiated for zyx only."""
 
     @ops(op_db, allowed_dtypes=DTYPES)
     def test_forward(self, device, dtype, op):
@@ -499,22 +514,24 @@ class TestZyxOpInfo(TestCase):
 instantiate_device_type_tests(TestZyxOpInfo, globals(), only_for=("privateuse1",))
 
 
-def in_slice(test_name: str) -> bool:
-    """Deterministic 1/STRIDE subset by a stable (crc32) hash of the test name."""
-    return FULL or zlib.crc32(test_name.encode()) % STRIDE == 0
+def in_slice(test_name: str, stride: int = STRIDE) -> bool:
+    """Deterministic 1/``stride`` subset by a stable (crc32) hash of the test name (none for 0)."""
+    return FULL or (stride > 0 and zlib.crc32(test_name.encode()) % stride == 0)
 
 
-def _apply_slice() -> None:
+def apply_slice(namespace: dict, base: str, stride: int = STRIDE) -> None:
+    """Keep the slice of the tests instantiated into ``namespace`` from the class named ``base``
+    (instantiate_device_type_tests removes that class from the namespace)."""
     # Drop the tests outside the slice before pytest collects them, rather than skipping them:
     # a skip per test would hide real skips among thousands of "not in slice" ones.
-    for cls_name in [n for n in globals() if n.startswith("TestZyxOpInfo") and n != "TestZyxOpInfo"]:
-        cls = globals()[cls_name]
+    for cls_name in [n for n in namespace if n.startswith(base) and n != base]:
+        cls = namespace[cls_name]
         for attr in [a for a in list(vars(cls)) if a.startswith("test_")]:
-            if not in_slice(attr):
+            if not in_slice(attr, stride):
                 delattr(cls, attr)
 
 
-_apply_slice()
+apply_slice(globals(), "TestZyxOpInfo")
 
 
 def test_supports_dtype():
