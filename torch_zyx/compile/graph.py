@@ -27,6 +27,8 @@ import math
 from collections import OrderedDict
 
 import torch
+from torch._higher_order_ops.effects import with_effects
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..config import CONFIG, DEBUG_SCHEDULE
@@ -260,6 +262,20 @@ def _cpu_copy(device, buffer) -> torch.Tensor:
     return flat
 
 
+# A compiled graph runs below the dispatch modes AOTAutograd's runtime wrapper pushes (its check
+# of custom ops' aliasing, _AnalyzeCustomOpInputOutputMode): such a mode declines zyx tensors, and
+# a higher-order operator then returns that NotImplemented instead of asking the tensor
+# subclass (torch/_ops.py), which broke every graph with an effect token (linalg's error checks).
+
+
+@with_effects.py_impl(ZyxTensor)
+def _with_effects_on_zyx(token, op, *args, **kwargs):
+    """``with_effects`` (an op with side effects in a functional graph, ordered by a token) on zyx
+    tensors: the op, and the token passed on (zyx runs a graph's ops in recorded order)."""
+    out = op(*args, **kwargs)
+    return (token, *out) if isinstance(out, tuple) else (token, out)
+
+
 def _cpu_device():
     for context in devices():
         if context.runtime.renderer == "llvm":
@@ -351,7 +367,7 @@ class CompiledGraph:
                    for k in storage_of for sid in [id(storage_of[k])]}
         traced_checks: list = []
         try:
-            with torch.no_grad(), tracing(traced_checks):
+            with torch.no_grad(), _disable_current_modes(), tracing(traced_checks):
                 result = self.gm(*placeholders)
         except TracingRealization as exc:
             return self._cannot_trace(exc)
@@ -414,7 +430,7 @@ class CompiledGraph:
         """The graph op by op: through zyx's dispatch for zyx tensors (each op lowered, or run on
         the CPU and counted, as in eager mode), by CPU torch for CPU tensors."""
         bump("compile_fallbacks")
-        with torch.no_grad():
+        with torch.no_grad(), _disable_current_modes():
             return self.gm(*args)
 
 
