@@ -76,6 +76,15 @@ def test_distributions(no_fallback):
     assert torch.bincount(ints + 5).min().item() > n / 12 * 0.9  # every value, about equally often
     b = torch.bernoulli(torch.full((n,), 0.3, device="zyx")).cpu()
     assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(b.mean().item() - 0.3) < 0.01
+    # The functional forms compiled graphs record: bernoulli with a float p, normal on a shape.
+    like = torch.empty(n, dtype=torch.float64, device="zyx")
+    bp = torch.bernoulli(like, 0.25)
+    assert bp.dtype == torch.float64
+    bp = bp.cpu()
+    assert set(bp.unique().tolist()) <= {0.0, 1.0} and abs(bp.mean().item() - 0.25) < 0.01
+    nf = torch.ops.aten.normal_functional(like, 2.0, 3.0).cpu()
+    assert nf.dtype == torch.float64
+    assert abs(nf.mean().item() - 2) < 0.06 and abs(nf.std().item() - 3) < 0.06
 
 
 def test_dropout_zeroes_half_and_scales(no_fallback):

@@ -84,6 +84,18 @@ def bernoulli(p, generator=None):
     return bernoulli_tensor_(out, p, generator)
 
 
+# The functional forms AOTAutograd's functionalization records (dropout's mask, torch.normal on a
+# tensor's shape in a compiled graph): a fresh tensor filled as the in-place form fills one.
+@register(aten.bernoulli.p)
+def bernoulli_p(x, p=0.5, generator=None):
+    return bernoulli_float_(empty_like(x), p, generator)
+
+
+@register(aten.normal_functional.default)
+def normal_functional(x, mean=0.0, std=1.0, generator=None):
+    return normal_(empty_like(x), mean, std, generator)
+
+
 @register(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default)
 def random_(x, from_=0, to=None, generator=None):
     overlap.check_internal(x)  # (ATen's TensorIterator refuses an expanded tensor)
