@@ -134,6 +134,16 @@ def test_embedding_max_norm_renorms_in_place():
     torch.testing.assert_close(zw.cpu(), weight)  # renorm writes the used rows back
 
 
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+def test_embedding_renorm_functional(norm_type):
+    # The functional form a compiled graph records; a repeated index reads its row's norm once.
+    torch.manual_seed(8)
+    weight = torch.randn(7, 4) * 3
+    idx = torch.tensor([[1, 3, 3], [0, 6, 1]])
+    out = torch.ops.aten.embedding_renorm(weight.to("zyx"), idx.to("zyx"), 2.0, norm_type)
+    torch.testing.assert_close(out.cpu(), torch.ops.aten.embedding_renorm(weight, idx, 2.0, norm_type))
+
+
 def test_bilinear_and_empty_batch_grad():
     torch.manual_seed(7)
     for batch in (4, 0):

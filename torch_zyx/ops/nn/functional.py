@@ -269,6 +269,44 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     return wrap(g.cast(out, result), grad_output._storage.device)
 
 
+@register(aten.embedding_renorm.default)
+def embedding_renorm(weight, indices, max_norm, norm_type):
+    """``F.embedding(..., max_norm=)``'s functional renormalization (what a compiled graph
+    records for the in-place ``embedding_renorm_``): each row ``indices`` name whose
+    ``norm_type``-norm exceeds ``max_norm`` scaled by ``max_norm / (norm + 1e-7)``, norms read
+    from the rows before any is scaled (a repeated index writes the same row twice)."""
+    if weight.dim() != 2 or indices.dtype not in (torch.int64, torch.int32):
+        raise NotImplementedError
+    from ..indexing.index import index_take  # the shared row gather
+
+    dev = weight._storage.device
+    w = read(weight)
+    n, dim = w.shape
+    count = indices.numel()
+    idx = g.reshape(g.cast(read(indices), dtypes.int64), (count,))
+    check_index(idx, 0, n, dev, IndexError, "index out of range in self")
+    if count == 0:
+        return wrap(w, dev)
+    acc = _acc_dtype(w.dtype)
+    rows = g.cast(index_take(w, 0, idx), acc)  # (count, dim)
+    size = (count, dim)
+    magnitude = g.unary("abs", rows)
+    if math.isinf(norm_type):
+        norm = g.reduce("max", magnitude, (1,))
+    else:
+        p = g.const(float(norm_type), acc, size)
+        total = g.reduce("sum", g.binary("pow", magnitude, p), (1,))
+        norm = g.binary("pow", total, g.const(1.0 / norm_type, acc, total.shape))
+    norm = g.expand(norm, size)
+    cap = g.const(float(max_norm), acc, size)
+    scale = g.where(g.binary("lt", cap, norm),
+                    g.binary("div", cap, g.binary("add", norm, g.const(1e-7, acc, size))),
+                    g.const(1.0, acc, size))
+    scaled = g.cast(g.binary("mul", rows, scale), w.dtype)
+    index = g.expand(g.reshape(idx, (count, 1)), size)
+    return wrap(g.scatter(w, index, scaled, 0, "set"), dev)
+
+
 # ------------------------------------------------------------------------------- embedding bag
 
 
