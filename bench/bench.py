@@ -16,6 +16,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from report import print_table
 
 import torch_zyx
 from torch_zyx.execute import contexts
@@ -160,18 +161,8 @@ def main() -> None:
     team = getattr(contexts.devices()[0].runtime, "team", None)
     threads = (f"zyx threads={torch_zyx.config.CONFIG.threads} ({type(team).__name__}), "
                f"torch threads={torch.get_num_threads()}")
-    if args.markdown:
-        print(f"| {' | '.join(header)} |")
-        print(f"|{'|'.join('---' for _ in header)}|")
-        for line in lines:
-            print(f"| {' | '.join(line)} |")
-        print(f"\n{threads}; median over {args.rounds} alternating blocks of {args.repeats} calls, "
-              f"each after {args.settle} untimed calls of its side.")
-    else:
-        widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
-        for line in [header, *lines]:
-            print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)))
-        print(threads)
+    print_table(header, lines, f"{threads}; median over {args.rounds} alternating blocks of {args.repeats} "
+                f"calls, each after {args.settle} untimed calls of its side.", args.markdown)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+from report import print_table
+
 
 def _arguments():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -332,17 +334,7 @@ class Bench:
         footer = (f"copy bandwidth (torch device-to-device copy_): {copy_gbs:.0f} GB/s; median over "
                   f"{max(3, self.args.rounds)} interleaved blocks of {self.args.repeats} calls, each after "
                   f"{self.args.settle} untimed calls of its side; ratios > 1x: zyx faster")
-        if self.args.markdown:
-            print(f"| {' | '.join(header)} |")
-            print(f"|{'|'.join('---' for _ in header)}|")
-            for line in lines:
-                print(f"| {' | '.join(line)} |")
-            print(f"\n{footer}")
-        else:
-            widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
-            for line in [header, *lines]:
-                print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)))
-            print(footer)
+        print_table(header, lines, footer, self.args.markdown)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ if __name__ == "__main__" and "--thread-time" in sys.argv:
 
 import torch
 import torch.nn.functional as F
+from report import print_table
 
 import torch_zyx
 from torch_zyx.execute import contexts
@@ -127,18 +128,8 @@ def main() -> None:
     clock_name = "thread CPU time" if args.thread_time else "wall time"
     setup = (f"zyx threads={torch_zyx.config.CONFIG.threads} ({type(team).__name__}), "
              f"torch threads={torch.get_num_threads()}, {clock_name}, {args.stat}")
-    if args.markdown:
-        print(f"| {' | '.join(header)} |")
-        print(f"|{'|'.join('---' for _ in header)}|")
-        for line in lines:
-            print(f"| {' | '.join(line)} |")
-        print(f"\n{setup} of {args.rounds} alternating blocks of {args.repeats} calls, "
-              f"each after {args.settle} untimed calls of its side.")
-    else:
-        widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
-        for line in [header, *lines]:
-            print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)))
-        print(setup)
+    print_table(header, lines, f"{setup} of {args.rounds} alternating blocks of {args.repeats} calls, each "
+                f"after {args.settle} untimed calls of its side.", args.markdown)
 
 
 if __name__ == "__main__":

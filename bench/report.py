@@ -1,0 +1,18 @@
+"""The benchmark scripts' tables: markdown (as README's tables are written) or aligned columns."""
+
+from __future__ import annotations
+
+
+def print_table(header: tuple, lines: list[tuple], footer: str, markdown: bool) -> None:
+    """``lines`` under ``header``, then ``footer`` (what the figures are)."""
+    if markdown:
+        print(f"| {' | '.join(header)} |")
+        print(f"|{'|'.join('---' for _ in header)}|")
+        for line in lines:
+            print(f"| {' | '.join(line)} |")
+        print(f"\n{footer}")
+        return
+    widths = [max(len(str(row[i])) for row in [header, *lines]) for i in range(len(header))]
+    for line in [header, *lines]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)))
+    print(footer)
