@@ -238,6 +238,9 @@ class LoopNestLowering:
         lane = Index(shape, tuple(out_vars))
         for store in self.kernel.stores:
             walk(store.value, lane, False)
+        # ``walk`` holds itself through its closure: a reference cycle that would keep this
+        # lowerer, its kernel and the graph's buffers alive until the garbage collector runs.
+        walk = None
         return found
 
 

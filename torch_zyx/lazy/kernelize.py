@@ -393,6 +393,10 @@ class Kernelizer:
                     view = (view[0], view[1], ast(view[2]), view[3])
                 stores.append(KernelStore(target, ast(value, top=view is None and id(value) in self.stored
                                                       and temp_of.get(id(value)) == target), view))
+            # ``ast`` holds itself through its closure: a reference cycle that would keep the
+            # kernelizer and the graph's buffers (device memory) alive until the garbage
+            # collector runs, after ``del`` of the last tensor using them.
+            ast = None
             return ScheduledKernel(stores, slots, params, depends, fusion)
 
         def emit(kernel: ScheduledKernel, merge: bool) -> None:
