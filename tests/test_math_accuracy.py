@@ -19,8 +19,15 @@ import sys
 
 import pytest
 import torch
+from conftest import ZYX0_BACKEND
 
 import torch_zyx  # noqa: F401  (registers the zyx device)
+
+# The tests use zyx:0: with an OpenCL or CUDA device there they would measure its driver's math
+# builtins (PoCL's float32 sin, cos, tan, sinh, cosh and erfc are off by up to ~4 ulp), not
+# codegen/llvm_math.py.
+pytestmark = pytest.mark.skipif(ZYX0_BACKEND != "cpu", reason="measures the CPU renderer's inline math; "
+                                "zyx:0 is not the CPU backend here")
 
 FLOAT32_FUNCTIONS = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
                      "sigmoid", "sinh", "cosh", "asinh", "acosh", "atanh", "atan", "asin", "acos", "erf",
