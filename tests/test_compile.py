@@ -231,7 +231,8 @@ def test_transformer_encoder_layer_trains():
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     cmodel, counter = compiled(model)
     x = torch.randn(4, 10, 32, generator=torch.Generator().manual_seed(3))
-    for _ in range(3):
+    for step in range(3):
+        torch_zyx.reset_counters()
         opt.zero_grad()
         loss = cmodel(x.to("zyx")).pow(2).mean()
         loss.backward()
@@ -241,6 +242,9 @@ def test_transformer_encoder_layer_trains():
         ref_loss.backward()
         ref_opt.step()
         close(loss.detach(), ref_loss.detach(), 1e-4)
+        # Forward and backward (attention's too) are plans: nothing runs op by op or on the CPU.
+        counts = torch_zyx.counters()
+        assert counts["compile_fallbacks"] == 0 and counts["cpu_fallbacks"] == 0, counts
     for p, r in zip(model.parameters(), ref.parameters()):
         close(p.detach(), r.detach(), 1e-4)
     assert counter.frame_count == 1
