@@ -16,10 +16,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from report import print_table
-
-import torch_zyx
-from torch_zyx.execute import contexts
+from report import print_table, threads_line
 
 
 def chain(x):
@@ -158,10 +155,7 @@ def main() -> None:
                       "yes" if speedup >= target else "NO"))
     lines.append(("recording cost per lazy op", f"{record_us:.1f} us", f"floor {floor_us:.1f} us",
                   f"{record_us / floor_us:.1f}x floor", "<= 30 us", "yes" if record_us <= 30 else "NO"))
-    team = getattr(contexts.devices()[0].runtime, "team", None)
-    threads = (f"zyx threads={torch_zyx.config.CONFIG.threads} ({type(team).__name__}), "
-               f"torch threads={torch.get_num_threads()}")
-    print_table(header, lines, f"{threads}; median over {args.rounds} alternating blocks of {args.repeats} "
+    print_table(header, lines, f"{threads_line()}; median over {args.rounds} alternating blocks of {args.repeats} "
                 f"calls, each after {args.settle} untimed calls of its side.", args.markdown)
 
 

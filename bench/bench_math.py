@@ -29,10 +29,7 @@ if __name__ == "__main__" and "--thread-time" in sys.argv:
 
 import torch
 import torch.nn.functional as F
-from report import print_table
-
-import torch_zyx
-from torch_zyx.execute import contexts
+from report import print_table, threads_line
 
 N = 4 * 1024 * 1024
 
@@ -124,10 +121,8 @@ def main() -> None:
     header = ("case", "zyx ms", "torch ms", "torch / zyx", "ok")
     lines = [(name, f"{t_zyx * 1e3:.2f}", f"{t_cpu * 1e3:.2f}", f"{t_cpu / t_zyx:.2f}x",
               "yes" if t_zyx <= t_cpu else "NO") for name, t_zyx, t_cpu in results]
-    team = getattr(contexts.devices()[0].runtime, "team", None)
     clock_name = "thread CPU time" if args.thread_time else "wall time"
-    setup = (f"zyx threads={torch_zyx.config.CONFIG.threads} ({type(team).__name__}), "
-             f"torch threads={torch.get_num_threads()}, {clock_name}, {args.stat}")
+    setup = f"{threads_line()}, {clock_name}, {args.stat}"
     print_table(header, lines, f"{setup} of {args.rounds} alternating blocks of {args.repeats} calls, each "
                 f"after {args.settle} untimed calls of its side.", args.markdown)
 

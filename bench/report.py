@@ -16,3 +16,15 @@ def print_table(header: tuple, lines: list[tuple], footer: str, markdown: bool) 
     for line in [header, *lines]:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)))
     print(footer)
+
+
+def threads_line() -> str:
+    """How many threads each side computes with (zyx's CPU team and CPU torch's)."""
+    import torch
+
+    import torch_zyx
+    from torch_zyx.execute import contexts
+
+    team = getattr(contexts.devices()[0].runtime, "team", None)
+    return (f"zyx threads={torch_zyx.config.CONFIG.threads} ({type(team).__name__}), "
+            f"torch threads={torch.get_num_threads()}")
