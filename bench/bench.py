@@ -16,7 +16,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from report import print_table, threads_line
+from report import add_block_arguments, print_table, threads_line
 
 
 def chain(x):
@@ -136,10 +136,7 @@ def cases():
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per block")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating zyx / torch blocks")
-    parser.add_argument("--settle", type=int, default=3, help="untimed calls before each block")
+    add_block_arguments(parser)
     args = parser.parse_args()
     results = []
     for name, fn, cpu_args, target in cases():

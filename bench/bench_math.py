@@ -29,7 +29,7 @@ if __name__ == "__main__" and "--thread-time" in sys.argv:
 
 import torch
 import torch.nn.functional as F
-from report import print_table, threads_line
+from report import add_block_arguments, print_table, threads_line
 
 N = 4 * 1024 * 1024
 
@@ -96,10 +96,7 @@ def bench_case(fn, x, clock, repeats: int, rounds: int, settle: int, stat=statis
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per block")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating zyx / torch blocks")
-    parser.add_argument("--settle", type=int, default=3, help="untimed calls before each block")
+    add_block_arguments(parser)
     parser.add_argument("--only", default="", help="comma-separated case names")
     parser.add_argument("--stat", choices=("median", "min"), default="median",
                         help="statistic of the timed calls")

@@ -1,6 +1,15 @@
-"""The benchmark scripts' tables: markdown (as README's tables are written) or aligned columns."""
+"""What the CPU benchmark scripts share: their block-timing arguments, and their tables (markdown,
+as README's tables are written, or aligned columns)."""
 
 from __future__ import annotations
+
+
+def add_block_arguments(parser) -> None:
+    """The options of alternating timed blocks (bench.py, bench_math.py)."""
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per block")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating zyx / torch blocks")
+    parser.add_argument("--settle", type=int, default=3, help="untimed calls before each block")
 
 
 def print_table(header: tuple, lines: list[tuple], footer: str, markdown: bool) -> None:

@@ -480,16 +480,17 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
                 and numel <= opts.group_max_outputs:
             group_size = opts.few_group_size if numel <= opts.few_outputs else opts.group_size
         split = self.row_split(shape) if reduces and not group_size else 0
+        reduce_count = sum(1 for n in g.toposort(values) if n.op == "REDUCE") if reduces else 0
         if split:
             # Row reduces run once per row, each one pass over it (not nested products): the
             # work per output is about one step per reduce, plus the store.
-            inner_work = 1 + sum(1 for n in g.toposort(values) if n.op == "REDUCE")
+            inner_work = 1 + reduce_count
         layout = self.axis_runs(shape) if not reduces and opts.row_loops else None
         if group_size > 1:
-            group_size = self.fit_group(values, group_size)
+            group_size = self.fit_group(reduce_count, group_size)
             global_size = self.lower_grouped(shape, group_size)
         elif split and not opts.row_loops and opts.group_size > 1:
-            group_size = self.fit_group(values, opts.group_size)
+            group_size = self.fit_group(reduce_count, opts.group_size)
             global_size = self.lower_grouped_rows(shape, split, group_size)
         elif split:
             global_size = self.lower_rows(shape, split)
@@ -514,13 +515,12 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
                           flops=self.flops * numel // self.lanes + self.row_flops * global_size,
                           group_size=group_size if group_size > 1 else 0)
 
-    def fit_group(self, values: list, group: int) -> int:
-        """``group`` halved until the shared arrays of the kernel's reduces (one element of at
-        most 8 bytes per item each) fit in ``LoweringOptions.local_memory``."""
+    def fit_group(self, reduces: int, group: int) -> int:
+        """``group`` halved until the shared arrays of the kernel's ``reduces`` (one element of
+        at most 8 bytes per item each) fit in ``LoweringOptions.local_memory``."""
         budget = self.options.local_memory
         if not budget:
             return group
-        reduces = sum(1 for n in g.toposort(values) if n.op == "REDUCE")
         while group > 2 and reduces * 8 * group > budget:
             group //= 2
         return group

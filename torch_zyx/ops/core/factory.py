@@ -148,7 +148,7 @@ def _source_node(src, device):
 @register(aten.copy_.default)
 def copy_(dst, src, non_blocking=False):
     if not isinstance(dst, ZyxTensor):
-        dst.copy_(to_torch_device(src, dst.device) if dst.device.type == "cuda" else to_cpu(src))
+        dst.copy_(to_torch_device(src, dst.device))  # (through the host unless dst is on a GPU)
         return dst
     src = _plain(src)
     overlap.check_internal(dst)
