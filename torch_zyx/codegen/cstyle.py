@@ -118,6 +118,17 @@ class Language:
     # Math builtins whose faster, less accurate form serves a value that is only ever rounded
     # to a narrower dtype (key: that dtype): its error is far below the dtype's last place.
     fast_math: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Vector memory access: the 4-element vector type of a memory type (empty: none), the
+    # vector load ({vtype}, {buf}, {idx}) and store ({vtype}, {buf}, {idx}, {values}: the four
+    # elements, comma-separated), and the conversions of one element between its memory type
+    # and its register type ({x}) for the dtypes that have one. Four loads (or stores) of one
+    # buffer at neighbouring elements, the first at a multiple of four, become one vector
+    # access: buffers start 16-byte aligned (the runtime's allocations).
+    vector_types: dict[str, str] = field(default_factory=dict)
+    vector_load: str = ""
+    vector_store: str = ""
+    from_memory: dict[str, str] = field(default_factory=dict)
+    to_memory: dict[str, str] = field(default_factory=dict)
 
 
 def _kind(dtype: DType) -> str:
@@ -142,6 +153,7 @@ class CStyleRenderer:
         self.closers: dict[int, str] = {}
         self.used_dtypes: set[str] = set()
         self.local_lines: list[str] = []
+        self.vectors: dict[int, tuple[int, ...]] = {}  # vector_runs()
 
     # ------------------------------------------------------------------ helpers
 
@@ -244,8 +256,85 @@ class CStyleRenderer:
             value = f"({self.values[ins.srcs[2]]} ? {value} : {self.literal(0, ins.dtype)})"
         return value
 
+    # ------------------------------------------------------------------ vector accesses
+
+    def vector_runs(self) -> dict[int, tuple[int, ...]]:
+        """Runs of four global LOADs (or STOREs) of one buffer at neighbouring elements, the
+        first element a multiple of four, with nothing between them that could order memory
+        differently (a loop or block boundary, a barrier, a store between the loads, a load
+        between the stores): each member instruction → the run's instructions."""
+        lang, instrs = self.lang, self.kernel.instrs
+        if not lang.vector_types:
+            return {}
+        runs: dict[int, tuple[int, ...]] = {}
+        open_runs: dict[tuple[str, int], list[int]] = {}
+        for i, ins in enumerate(instrs):
+            op = ins.op
+            if op in ("RANGE", "ENDRANGE", "IF", "ENDIF", "BARRIER", "SPECIAL", "DEFINE"):
+                open_runs.clear()
+                continue
+            if op not in ("LOAD", "STORE") or instrs[ins.srcs[0]].op == "LOCAL":
+                continue
+            # A store ends every run of loads, a load every run of stores.
+            other = "STORE" if op == "LOAD" else "LOAD"
+            for key in [key for key in open_runs if key[0] == other]:
+                del open_runs[key]
+            dtype = ins.dtype if op == "LOAD" else instrs[ins.srcs[2]].dtype
+            if (op == "LOAD" and len(ins.srcs) > 2) or lang.memory_type[dtype.name] not in lang.vector_types:
+                continue
+            key, index = (op, ins.srcs[0]), instrs[ins.srcs[1]].arg
+            run = open_runs.get(key, [])
+            if run:
+                first = instrs[instrs[run[0]].srcs[1]].arg
+                if sym.add(index, sym.mul(first, -1)) != sym.Num(len(run)) or \
+                        (instrs[run[0]].dtype if op == "LOAD" else instrs[instrs[run[0]].srcs[2]].dtype) != dtype:
+                    run = []
+            if not run and sym.mod(index, 4) != sym.Num(0):
+                open_runs.pop(key, None)
+                continue
+            run.append(i)
+            open_runs[key] = run
+            if len(run) == 4:
+                runs.update((member, tuple(run)) for member in run)
+                del open_runs[key]
+        return runs
+
+    def vector_load(self, i: int, ins: Instr, run: tuple[int, ...], instrs: list[Instr]) -> None:
+        """A member of a run of loads: the first loads the vector, each takes its element."""
+        lang = self.lang
+        mtype = lang.memory_type[ins.dtype.name]
+        vector = f"vv{run[0]}"
+        if i == run[0]:
+            vtype = lang.vector_types[mtype]
+            self.line(f"const {vtype} {vector} = " + lang.vector_load.format(
+                vtype=vtype, buf=self.values[ins.srcs[0]], idx=self.values[ins.srcs[1]]) + ";")
+        element = f"{vector}.{'xyzw'[run.index(i)]}"
+        fmt = lang.from_memory.get(ins.dtype.name, "{x}")
+        self.values[i] = self.declare(i, ins.dtype, fmt.format(x=element))
+
+    def vector_store(self, i: int, run: tuple[int, ...], instrs: list[Instr]) -> None:
+        """A member of a run of stores: the last stores the four values as one vector."""
+        if i != run[-1]:
+            return
+        lang = self.lang
+        first = instrs[run[0]]
+        dtype = instrs[first.srcs[2]].dtype
+        self.rtype(dtype)
+        mtype = lang.memory_type[dtype.name]
+        fmt = lang.to_memory.get(dtype.name, "{x}")
+        values = ", ".join(fmt.format(x=self.values[instrs[m].srcs[2]]) for m in run)
+        self.line(lang.vector_store.format(vtype=lang.vector_types[mtype], buf=self.values[first.srcs[0]],
+                                           idx=self.values[first.srcs[1]], values=values))
+
     def render_instr(self, i: int, ins: Instr, instrs: list[Instr]) -> None:
         op = ins.op
+        run = self.vectors.get(i)
+        if run is not None:
+            if op == "LOAD":
+                self.vector_load(i, ins, run, instrs)
+            else:
+                self.vector_store(i, run, instrs)
+            return
         if op == "BUF":
             name = f"b{ins.arg}"
             if ins.dtype != self.kernel.buffer_dtypes[ins.arg]:
@@ -459,6 +548,7 @@ class CStyleRenderer:
         k, lang = self.kernel, self.lang
         self.n_params = 0
         self.rounded_to = self.only_rounded() if lang.fast_math else {}
+        self.vectors = self.vector_runs()
         trees = self.warp_trees()
         i = 0
         while i < len(k.instrs):

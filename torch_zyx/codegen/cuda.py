@@ -30,6 +30,13 @@ MEMORY_TYPE = {"float16": "unsigned short", "bfloat16": "unsigned short", "float
                "int64": "long long", "uint8": "unsigned char", "uint64": "unsigned long long",
                "bool": "unsigned char"}
 REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="bool")
+# One element between its memory type and its register type, where they differ.
+FROM_MEMORY = {"float16": "zyx_h2f({x})", "bfloat16": "zyx_bf2f({x})", "bool": "({x} != 0)"}
+TO_MEMORY = {"float16": "zyx_f2h({x})", "bfloat16": "zyx_f2bf({x})", "bool": "(unsigned char){x}"}
+# CUDA's built-in 4-element vectors (no header needed) of the memory types up to 4 bytes: a
+# float4 moves 16 bytes per load, what the memory system serves best.
+VECTOR_TYPES = {"float": "float4", "int": "int4", "unsigned short": "ushort4", "short": "short4",
+                "unsigned char": "uchar4", "signed char": "char4"}
 
 # float16 <-> float through the PTX conversions (as cuda_fp16.hpp does), guarded: a CI batch
 # and the runtime compile many kernels' sources as one NVRTC program.
@@ -79,11 +86,13 @@ CUDA = Language(
     global_stride="((long long)gridDim.x * blockDim.x)",
     index_type="long long",
     param_type="unsigned long long",
-    load_format={"float16": "zyx_h2f({buf}[{idx}])", "bfloat16": "zyx_bf2f({buf}[{idx}])",
-                 "bool": "({buf}[{idx}] != 0)"},
-    store_format={"float16": "{buf}[{idx}] = zyx_f2h({value});",
-                  "bfloat16": "{buf}[{idx}] = zyx_f2bf({value});",
-                  "bool": "{buf}[{idx}] = (unsigned char){value};"},
+    load_format={name: fmt.format(x="{buf}[{idx}]") for name, fmt in FROM_MEMORY.items()},
+    store_format={name: "{buf}[{idx}] = " + fmt.format(x="{value}") + ";" for name, fmt in TO_MEMORY.items()},
+    from_memory=FROM_MEMORY,
+    to_memory=TO_MEMORY,
+    vector_types=VECTOR_TYPES,
+    vector_load="*((const {vtype}*)({buf} + {idx}))",
+    vector_store="*(({vtype}*)({buf} + {idx})) = make_{vtype}({values});",
     dtype_prelude={"float16": _HALF_HELPER, "bfloat16": _BF16_HELPER},
     round_format={"float16": "zyx_h2f(zyx_f2h({x}))", "bfloat16": "zyx_bf2f(zyx_f2bf({x}))"},
     # No math.h under NVRTC: INFINITY and NAN are not defined; bit patterns instead (a cast

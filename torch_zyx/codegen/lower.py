@@ -69,6 +69,10 @@ class LoweringOptions:
     # loops, whose outer range is a chunk of rows. Not where each outer iteration is its own
     # work item.
     pipeline_rows: bool = False
+    # Elementwise kernels over a flat index compute this many neighbouring elements per outer
+    # iteration (GPUs: the renderer then moves them with one vector load or store per buffer,
+    # and each thread has that many loads in flight). 1: one element per iteration.
+    vector_width: int = 1
 
 
 def _reduce_init(op: str, dtype) -> object:
@@ -110,6 +114,14 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
         self.options = options or LoweringOptions()
         self.group = 0  # work items per group while lowering a grouped kernel
         self.lid = sym.Var("lid", 0, 0)
+        # Column-tiled grouped kernels (``lower_grouped_columns``): a group computes ``tile``
+        # neighbouring outputs, item ``lid`` the output ``column`` with ``reduce_lanes`` items
+        # each (``reduce_lane`` its place among them). Otherwise one output per group: every
+        # item is a reduce lane (``lid``).
+        self.tile = 1
+        self.column: Expr = sym.Num(0)
+        self.reduce_lane: sym.Var | None = None
+        self.reduce_lanes = 0
         self.reduce_depth = 0
         self.name = name
         self.buffer_dtypes = buffer_dtypes
@@ -398,10 +410,13 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
         """The reduce of one output by the whole work group (see the module docstring)."""
         rop, axes = node.arg
         src, dtype, group, lid = node.srcs[0], node.dtype, self.group, self.lid
+        rlane, lanes = self.reduce_lane or lid, self.reduce_lanes or group
         total = math.prod(src.shape[a] for a in axes)
-        step = self.new_var(-(-total // group))
-        # Item ``lid`` takes elements lid, lid + group, ...: a group reads contiguous memory.
-        flat = sym.add(sym.mul(step, group), lid)
+        step = self.new_var(-(-total // lanes))
+        # Reduce lane ``rlane`` takes elements rlane, rlane + lanes, ...: with one output per group
+        # a group reads contiguous memory; in a column tile each reduce lane reads ``tile``
+        # neighbouring outputs' elements side by side.
+        flat = sym.add(sym.mul(step, lanes), rlane)
         dims = list(lane.dims)
         inner = 1
         for n, axis in enumerate(reversed(axes)):
@@ -413,10 +428,10 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
         src_lane = Index(src.shape, tuple(dims), valid=lane.valid)
         # Reduces inside this one that do not depend on its elements run first, each by the
         # whole group (softmax's max before the sum of exp(x - max)).
-        self.hoist(src, src_lane, frozenset((step.name, lid.name)), {})
+        self.hoist(src, src_lane, frozenset((step.name, rlane.name)), {})
         acc = self.new_acc(node)
-        rng = self.open_range(step, 0, -(-total // group))
-        tail = self.open_if(sym.lt(flat, total)) if total % group else None
+        rng = self.open_range(step, 0, -(-total // lanes))
+        tail = self.open_if(sym.lt(flat, total)) if total % lanes else None
         self.reduce_depth += 1
         (value,) = self.emit(src, [src_lane])
         self.reduce_depth -= 1
@@ -425,22 +440,25 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
             self.close_if(tail)
         self.close_range(rng)
         self.flops += 1
-        # Tree reduction in shared memory: log2(group) halving steps, a barrier after each.
+        # Tree reduction in shared memory (element lid = reduce lane * tile + column):
+        # log2(reduce lanes) halving steps, a barrier after each; the column's result ends at
+        # element ``column``.
         shared = self.add("LOCAL", dtype, (), group, pure=False)
         mine = self.index(lid)
         self.add("STORE", None, (shared, mine, self.add("ACC_GET", dtype, (acc,), pure=False)), pure=False)
         self.add("BARRIER", None, (), pure=False)
-        half = group // 2
+        half = lanes // 2
         while half >= 1:
-            block = self.open_if(sym.lt(lid, half))
+            block = self.open_if(sym.lt(rlane, half))
             a = self.add("LOAD", dtype, (shared, mine), pure=False)
-            b = self.add("LOAD", dtype, (shared, self.index(sym.add(lid, sym.Num(half)))), pure=False)
+            b = self.add("LOAD", dtype, (shared, self.index(sym.add(lid, sym.Num(half * self.tile)))),
+                         pure=False)
             self.add("STORE", None, (shared, mine, self.add("ALU", dtype, (a, b), "r" + rop, pure=False)),
                      pure=False)
             self.close_if(block)
             self.add("BARRIER", None, (), pure=False)
             half //= 2
-        return self.add("LOAD", dtype, (shared, self.index(sym.Num(0))), pure=False)
+        return self.add("LOAD", dtype, (shared, self.index(self.column)), pure=False)
 
     def emit_random(self, node: Node, idx: Index) -> int:
         """Counter-based uniform [0, 1): splitmix64(seed ^ (offset + flat index))."""
@@ -486,7 +504,13 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
             # work per output is about one step per reduce, plus the store.
             inner_work = 1 + reduce_count
         layout = self.axis_runs(shape) if not reduces and opts.row_loops else None
-        if group_size > 1:
+        tile = self.column_tile(shape, values) if group_size > 1 else 1
+        if tile > 1:
+            # The widest groups: each column of the tile then has that many reduce lanes.
+            group_size = self.fit_group(reduce_count, max(group_size, opts.few_group_size))
+        if group_size >= 2 * tile > 2:
+            global_size = self.lower_grouped_columns(shape, group_size, tile)
+        elif group_size > 1:
             group_size = self.fit_group(reduce_count, group_size)
             global_size = self.lower_grouped(shape, group_size)
         elif split and not opts.row_loops and opts.group_size > 1:
@@ -501,12 +525,7 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
                 and numel > shape[-1]:
             global_size = self.lower_rows(shape, len(shape) - 1)
         elif not reduces:
-            var = sym.Var("gidx", 0, max(numel - 1, 0))
-            rng = self.open_range(var, "start", "end")
-            lanes = [Index(shape, linear=var)]
-            self.emit_stores(lanes)
-            self.close_range(rng)
-            global_size = numel
+            global_size = self.lower_flat(shape)
         else:
             global_size = self.lower_reduce_kernel(shape)
         nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
@@ -514,6 +533,29 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
                           work=numel * inner_work, bytes=nbytes,
                           flops=self.flops * numel // self.lanes + self.row_flops * global_size,
                           group_size=group_size if group_size > 1 else 0)
+
+    def lower_flat(self, shape: tuple[int, ...]) -> int:
+        """An elementwise kernel over the flat output index, ``vector_width`` neighbouring
+        elements per outer iteration when the size allows."""
+        numel = math.prod(shape)
+        width = self.options.vector_width
+        if width <= 1 or numel % width or numel < 2 * width:
+            width = 1
+        var = sym.Var("gidx", 0, max(numel // width - 1, 0))
+        rng = self.open_range(var, "start", "end")
+        first = Index(shape, linear=sym.mul(var, width))
+        if width > 1 and shape[-1] % width == 0:
+            # Lane j's index along the last axis is lane 0's plus j (lane 0's is a multiple of
+            # the width), so reads through a broadcast or a view of the same last axis stay
+            # neighbouring elements the renderer can move as one vector.
+            lanes = [Index(shape, first.dims[:-1] + (sym.add(first.dims[-1], sym.Num(j)),),
+                           linear=sym.add(first.linear, sym.Num(j))) for j in range(width)]
+        else:
+            lanes = [Index(shape, linear=sym.add(first.linear, sym.Num(j))) for j in range(width)]
+        self.lanes = width
+        self.emit_stores(lanes)
+        self.close_range(rng)
+        return numel // width
 
     def fit_group(self, reduces: int, group: int) -> int:
         """``group`` halved until the shared arrays of the kernel's ``reduces`` (one element of
@@ -537,13 +579,85 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
         self.close_range(rng)
         return numel
 
+    def lower_grouped_columns(self, shape: tuple[int, ...], group: int, tile: int) -> int:
+        """One work group per ``tile`` neighbouring outputs (``column_tile``): item ``lid`` is
+        column ``lid % tile`` and reduce lane ``lid // tile``, so the items of a warp read
+        neighbouring elements of one row of the reduced range (a sum over rows reads memory
+        coalesced, where one group per output would read it a row apart)."""
+        numel = math.prod(shape)
+        self.group, self.tile, self.reduce_lanes = group, tile, group // tile
+        var = sym.Var("gidx", 0, numel // tile - 1)
+        rng = self.open_range(var, "start", "end")
+        self.lid = sym.Var("lid", 0, group - 1)
+        self.add("SPECIAL", dtypes.int64, (), (self.lid.name, "lid"), pure=False)
+        # Variables of their own (not expressions of lid): reduces that depend on the column
+        # only, not the reduce lane, are then hoisted out of the reduce loops (``hoist``).
+        self.column = self.define("col", sym.mod(self.lid, tile), tile)
+        self.reduce_lane = self.define("rlane", sym.div(self.lid, tile), group // tile)
+        self.emit_stores([Index(shape, linear=sym.add(sym.mul(var, tile), self.column))])
+        self.close_range(rng)
+        return numel // tile
+
+    def define(self, name: str, value: Expr, extent: int) -> sym.Var:
+        """The index ``value`` (in [0, extent)) as the index variable ``name``."""
+        var = sym.Var(name, 0, extent - 1)
+        self.add("DEFINE", dtypes.int64, (self.index(value),), var.name, pure=False)
+        return var
+
+    def column_tile(self, shape: tuple[int, ...], values: list[Node]) -> int:
+        """Outputs per group for a grouped kernel whose memory reads move one element per step
+        along the outputs' last axis (a sum over the rows of a row-major matrix, ``x.sum(0)``):
+        32, halved down to 8 (a 32-byte sector of float) while that leaves fewer groups than
+        the device has compute units. 1: one output per group (reads along a reduced axis)."""
+        if not shape or shape[-1] % 8:
+            return 1
+        column = sym.Var("col", 0, shape[-1] - 1)
+        dims = tuple(sym.Num(0) for _ in shape[:-1]) + (column,)
+        steps: list = []
+        seen: set = set()
+        for value in values:
+            self.read_steps(value, Index(shape, dims), column, steps, seen)
+        if not steps or any(step not in (0, 1) for step in steps) or 1 not in steps:
+            return 1
+        numel = math.prod(shape)
+        tile = 32
+        while tile > 8 and (shape[-1] % tile or numel // tile < self.options.few_outputs):
+            tile //= 2
+        return tile
+
+    def read_steps(self, node: Node, idx: Index, var: sym.Var, steps: list, seen: set) -> None:
+        """Append to ``steps`` how far each memory read under ``node`` (read at ``idx``) moves
+        when ``var`` grows by one (None: not a constant step), reduced axes at their start."""
+        key = (id(node), idx.key())
+        if key in seen:
+            return
+        seen.add(key)
+        op = node.op
+        if op == "LOAD":
+            linear = idx.linear
+            step = sym.add(sym.substitute(linear, var, sym.add(var, sym.Num(1))), sym.mul(linear, -1))
+            steps.append(step.value if isinstance(step, sym.Num) else None)
+        elif op in g.MOVEMENT:
+            self.read_steps(node.srcs[0], self.move(node, idx), var, steps, seen)
+        elif op == "REDUCE":
+            src = node.srcs[0]
+            dims = tuple(sym.Num(0) if axis in node.arg[1] else d for axis, d in enumerate(idx.dims))
+            self.read_steps(src, Index(src.shape, dims, valid=idx.valid), var, steps, seen)
+        elif op == "GATHER":
+            steps.append(None)
+        else:
+            for src in node.srcs:
+                self.read_steps(src, idx, var, steps, seen)
+
     def emit_stores(self, lanes: list[Index]) -> None:
         for store in self.kernel.stores:
             slot = self.kernel.slots.index(("tmp", store.target))
             buf = self.add("BUF", store.value.dtype, (), slot)
             values = self.emit(store.value, lanes)
-            # In a grouped kernel every item holds the result; the first one stores it.
-            single = self.open_if(sym.lt(self.lid, 1)) if self.group and not self.items_store else None
+            # In a grouped kernel every item holds the result; the first one stores it (the
+            # first reduce lane of each column in a column tile).
+            single = self.open_if(sym.lt(self.reduce_lane or self.lid, 1)) \
+                if self.group and not self.items_store else None
             for lane, value in zip(lanes, values):
                 if store.view is None:
                     target = lane.linear

@@ -28,6 +28,9 @@ log = logging.getLogger("torch_zyx")
 RENDERERS = {"llvm": llvm_renderer.render, "opencl": opencl_renderer.render, "cuda": cuda_renderer.render}
 # Renderers for devices with work groups (GPUs, PoCL): grouped reduces, see lowering_options.
 _GROUPED_RENDERERS = ("opencl", "cuda")
+# Renderers with vector loads and stores (``cstyle.Language.vector_types``): elementwise kernels
+# there compute four neighbouring elements per outer iteration (``LoweringOptions.vector_width``).
+_VECTOR_RENDERERS = ("cuda",)
 # Scalar parameter buffers kept per device (a few bytes each).
 _MAX_CONSTANTS = 256
 
@@ -100,7 +103,8 @@ def lowering_options(runtime) -> LoweringOptions:
     max_outputs = runtime.compute_units * (4096 if runtime.is_gpu else 64)
     return LoweringOptions(group_size=group, few_group_size=few, few_outputs=runtime.compute_units,
                            group_min_reduce=256, group_max_outputs=max_outputs,
-                           row_loops=not runtime.is_gpu, local_memory=runtime.local_memory)
+                           row_loops=not runtime.is_gpu, local_memory=runtime.local_memory,
+                           vector_width=4 if runtime.renderer in _VECTOR_RENDERERS else 1)
 
 
 _devices: list[DeviceContext] = []
