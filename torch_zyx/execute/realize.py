@@ -48,8 +48,12 @@ class Plan:
             self.launches.append((program, loop, slots, tracked, tuple(kernel.params)))
         # Root ref < 0: input buffer -1 - ref.
         self.root_slots = tuple(-1 - ref if ref < 0 else n_inputs + ref for ref in schedule.root_temps)
+        # The launches as one in-order call of the device's runtime, when it offers one for
+        # them (``serial_steps``: a CPU plan of small kernels); found at the first launch.
+        self.serial_steps: tuple | None | object = _UNKNOWN
 
 
+_UNKNOWN = object()
 # (device, slot dtypes, stores' ASTs) → (loop IR, program): lowering is the costly part of a miss.
 _lowered: dict[tuple, tuple] = {}
 _plans: dict[tuple, Plan] = {}
@@ -158,6 +162,17 @@ def launch_plan(plan: Plan, device: DeviceContext, buffers: list, random_args: l
     its own for them (ASYNC EVENT RULES)."""
     events = device.events
     debug = CONFIG.debug
+    steps = plan.serial_steps
+    if steps is _UNKNOWN:
+        find = getattr(device.runtime, "serial_steps", None)
+        steps = plan.serial_steps = find([(program, loop, slots, params) for program, loop, slots, _tracked, params
+                                          in plan.launches]) if find else None
+    if steps is not None and not debug and events.idle():
+        # Nothing pending to wait for, and each launch would complete before returning: no
+        # event to take or record.
+        device.runtime.run_serial(steps, [b.raw.ptr for b in buffers], random_args)
+        bump("kernels_launched", len(plan.launches))
+        return
     for program, loop, slots, tracked, params in plan.launches:
         ids = [buffers[i].id for i in tracked]
         wait = events.take(ids)

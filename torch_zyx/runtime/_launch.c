@@ -15,6 +15,8 @@
  *                                          (default 0): each home block's chunks last first
  *                                          (cpu.py ``_PARALLEL_ENTRY``); ``address``
  *   serial(kernel, pointers, params, start, end)   kernel(buffers, params, start, end)
+ *   serial_each(steps, pointers, params)   each step (kernel, slots, param indices, end) in
+ *                                          order: kernel(pointers[slots], params[indices], 0, end)
  *   entry(entry, task)                     the parallel entry on this thread: entry(task)
  *   omp_parallel(parallel, entry, task, threads)   GOMP_parallel(entry, task, threads, 0)
  *   omp_start(start, entry, task, threads) GOMP_parallel_start(entry, task, threads)
@@ -244,6 +246,101 @@ py_serial(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* The word ``values[index]`` of a sequence of ints, or 0 with an error for a bad index. */
+static int
+word_at(PyObject *values, PyObject *index_item, int64_t *out)
+{
+    Py_ssize_t index = PyLong_AsSsize_t(index_item);
+    if (index == -1 && PyErr_Occurred())
+        return 0;
+    if (index < 0 || index >= PySequence_Fast_GET_SIZE(values)) {
+        PyErr_Format(PyExc_IndexError, "serial_each: index %zd out of range", index);
+        return 0;
+    }
+    unsigned long long value = PyLong_AsUnsignedLongLongMask(PySequence_Fast_GET_ITEM(values, index));
+    if (value == (unsigned long long)-1 && PyErr_Occurred())
+        return 0;
+    *out = (int64_t)value;
+    return 1;
+}
+
+/* serial_each(steps, pointers, params): a plan's launches that each run on this thread (small
+ * ones), in order, in one call: every step's arrays are gathered first (the GIL held), then
+ * the kernels run one after the other with the GIL released. A step is a tuple (kernel, slots,
+ * param indices, end): kernel(pointers[slots], params[indices], 0, end). */
+static PyObject *
+py_serial_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!check_args(nargs, 3, "serial_each(steps, pointers, params)"))
+        return NULL;
+    PyObject *steps = PySequence_Fast(args[0], "steps must be a sequence");
+    if (steps == NULL)
+        return NULL;
+    PyObject *pointers = PySequence_Fast(args[1], "pointers must be a sequence of ints");
+    PyObject *params = pointers ? PySequence_Fast(args[2], "params must be a sequence of ints") : NULL;
+    Py_ssize_t n_steps = PySequence_Fast_GET_SIZE(steps), n_words = 0;
+    PyObject *result = NULL;
+    int64_t *words = NULL;
+    /* Per step: kernel, end, its buffers' offset and its params' offset in ``words``. */
+    int64_t *plan = NULL;
+    if (params == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n_steps; i++) {
+        PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
+        if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 4 || !PyTuple_Check(PyTuple_GET_ITEM(step, 1))
+                || !PyTuple_Check(PyTuple_GET_ITEM(step, 2))) {
+            PyErr_SetString(PyExc_TypeError, "serial_each: a step is (kernel, slots, param indices, end)");
+            goto done;
+        }
+        Py_ssize_t n_slots = PyTuple_GET_SIZE(PyTuple_GET_ITEM(step, 1));
+        Py_ssize_t n_params = PyTuple_GET_SIZE(PyTuple_GET_ITEM(step, 2));
+        n_words += (n_slots ? n_slots : 1) + (n_params ? n_params : 1);
+    }
+    words = PyMem_Malloc((n_words ? n_words : 1) * sizeof(int64_t));
+    plan = PyMem_Malloc((n_steps ? n_steps : 1) * 4 * sizeof(int64_t));
+    if (words == NULL || plan == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n_steps; i++) {
+        PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
+        PyObject *slots = PyTuple_GET_ITEM(step, 1), *indices = PyTuple_GET_ITEM(step, 2);
+        void *kernel = address_of(PyTuple_GET_ITEM(step, 0), "serial_each");
+        long long end = PyLong_AsLongLong(PyTuple_GET_ITEM(step, 3));
+        if (kernel == NULL || (end == -1 && PyErr_Occurred()))
+            goto done;
+        plan[4 * i] = (int64_t)(uintptr_t)kernel;
+        plan[4 * i + 1] = end;
+        plan[4 * i + 2] = at;
+        Py_ssize_t n_slots = PyTuple_GET_SIZE(slots), n_params = PyTuple_GET_SIZE(indices);
+        words[at] = 0;
+        for (Py_ssize_t j = 0; j < n_slots; j++)
+            if (!word_at(pointers, PyTuple_GET_ITEM(slots, j), &words[at + j]))
+                goto done;
+        at += n_slots ? n_slots : 1;
+        plan[4 * i + 3] = at;
+        words[at] = 0;
+        for (Py_ssize_t j = 0; j < n_params; j++)
+            if (!word_at(params, PyTuple_GET_ITEM(indices, j), &words[at + j]))
+                goto done;
+        at += n_params ? n_params : 1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n_steps; i++)
+        ((kernel_fn)(uintptr_t)plan[4 * i])((void **)(words + plan[4 * i + 2]), words + plan[4 * i + 3], 0,
+                                            plan[4 * i + 1]);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(words);
+    PyMem_Free(plan);
+    Py_DECREF(steps);
+    Py_XDECREF(pointers);
+    Py_XDECREF(params);
+    return result;
+}
+
 /* entry(entry, task): the parallel entry on this thread (it takes chunks until none are left). */
 static PyObject *
 py_entry(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -334,6 +431,8 @@ py_omp_team_size(PyObject *module, PyObject *fn_address)
 static PyMethodDef module_methods[] = {
     {"serial", (PyCFunction)(void (*)(void))py_serial, METH_FASTCALL,
      "serial(kernel, pointers, params, start, end): kernel(buffers, params, start, end)"},
+    {"serial_each", (PyCFunction)(void (*)(void))py_serial_each, METH_FASTCALL,
+     "serial_each(steps, pointers, params): each step (kernel, slots, param indices, end) in order"},
     {"entry", (PyCFunction)(void (*)(void))py_entry, METH_FASTCALL,
      "entry(entry, task): the parallel entry on this thread"},
     {"omp_parallel", (PyCFunction)(void (*)(void))py_omp_parallel, METH_FASTCALL,

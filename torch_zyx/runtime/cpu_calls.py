@@ -14,7 +14,9 @@ The surface: ``Task(pointers, params, end, chunk, homes, backward=0)`` (one para
 as the parallel entry reads it, ``{ ptr buffers, ptr params, ptr counters, i64 end, i64 chunk,
 i64 homes, i64 backward }``, owning both arrays and the homes' chunk counters, one per cache
 line; ``.address``; backward: each home block's chunks last first, cpu.py ``_PARALLEL_ENTRY``),
-``serial(kernel, pointers, params, start, end)``, ``entry(entry, task)``,
+``serial(kernel, pointers, params, start, end)``, ``serial_each(steps, pointers, params)`` (a
+plan's small launches in order: each step ``(kernel, slots, param indices, end)`` runs
+``kernel(pointers[slots], params[indices], 0, end)``), ``entry(entry, task)``,
 ``omp_parallel(parallel, entry, task, threads)``, ``omp_start(start, entry, task, threads)``,
 ``omp_end(end)`` and ``omp_team_size(fn)``. Every call that runs machine code releases the GIL.
 """
@@ -79,6 +81,12 @@ class CtypesCalls:
     def serial(kernel: int, pointers: list[int], params: list[int], start: int, end: int) -> None:
         buffers, param_array = _arrays(pointers, params)
         _function(_KERNEL, kernel)(buffers, param_array, start, end)
+
+    @staticmethod
+    def serial_each(steps, pointers: list[int], params: list[int]) -> None:
+        for kernel, slots, indices, end in steps:
+            buffers, param_array = _arrays([pointers[i] for i in slots], [params[i] for i in indices])
+            _function(_KERNEL, kernel)(buffers, param_array, 0, end)
 
     @staticmethod
     def entry(entry: int, task: CtypesTask) -> None:
