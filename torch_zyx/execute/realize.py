@@ -48,9 +48,11 @@ class Plan:
             self.launches.append((program, loop, slots, tracked, tuple(kernel.params)))
         # Root ref < 0: input buffer -1 - ref.
         self.root_slots = tuple(-1 - ref if ref < 0 else n_inputs + ref for ref in schedule.root_temps)
-        # The launches as one in-order call of the device's runtime, when it offers one for
-        # them (``serial_steps``: a CPU plan of small kernels); found at the first launch.
-        self.serial_steps: tuple | None | object = _UNKNOWN
+        # The launches as one call of the device's runtime (``plan_steps``, ``run_steps``), when
+        # it takes them so; found at the first launch. They then wait for the events of all the
+        # buffers they touch and record one event for all of them.
+        self.steps: tuple | None | object = _UNKNOWN
+        self.tracked = tuple(sorted({i for launch in self.launches for i in launch[3]}))
 
 
 _UNKNOWN = object()
@@ -162,15 +164,17 @@ def launch_plan(plan: Plan, device: DeviceContext, buffers: list, random_args: l
     its own for them (ASYNC EVENT RULES)."""
     events = device.events
     debug = CONFIG.debug
-    steps = plan.serial_steps
+    steps = plan.steps
     if steps is _UNKNOWN:
-        find = getattr(device.runtime, "serial_steps", None)
-        steps = plan.serial_steps = find([(program, loop, slots, params) for program, loop, slots, _tracked, params
-                                          in plan.launches]) if find else None
-    if steps is not None and not debug and events.idle():
-        # Nothing pending to wait for, and each launch would complete before returning: no
-        # event to take or record.
-        device.runtime.run_serial(steps, [b.raw.ptr for b in buffers], random_args)
+        find = getattr(device.runtime, "plan_steps", None)
+        steps = plan.steps = find([(program, loop, slots, params) for program, loop, slots, _tracked, params
+                                   in plan.launches]) if find else None
+    if steps is not None and not debug:
+        # One event for the plan: the launches run in order (one stream, or one after the other
+        # on this thread), so the last one's completion covers every buffer they touch.
+        ids = [buffers[i].id for i in plan.tracked]
+        event = device.runtime.run_steps(steps, [b.raw.ptr for b in buffers], random_args, events.take(ids))
+        events.record(ids, event)
         bump("kernels_launched", len(plan.launches))
         return
     for program, loop, slots, tracked, params in plan.launches:

@@ -85,14 +85,6 @@ class EventTable:
             if event.is_done() and events.get(key) is event:
                 del events[key]
 
-    def idle(self) -> bool:
-        """Whether no work is pending on the device (completed events are forgotten)."""
-        if not self._events:
-            return True
-        with self._lock:
-            self._prune()
-            return not self._events
-
     def record(self, buffer_ids: Iterable[int], event: Event) -> None:
         if event.is_done():
             # Nothing to wait for (a small CPU launch runs before returning). An event under

@@ -375,10 +375,10 @@ class CPUDevice:
         with self._lock:
             return str(self._optimized(self._parse(name, source, full), full))
 
-    def serial_steps(self, launches: list[tuple]) -> tuple | None:
+    def plan_steps(self, launches: list[tuple]) -> tuple | None:
         """``launches`` ((program, loop IR, slot indices, random parameter indices) each) as the
         steps of one ``serial_each`` call when every launch is one ``CPUProgram.launch`` runs on
-        the calling thread (little work), else None."""
+        the calling thread (little work), else None (launched one by one)."""
         steps = []
         for program, loop, slots, params in launches:
             if not (self.threads <= 1 or loop.work < _SERIAL_WORK or loop.global_size <= 1):
@@ -387,12 +387,14 @@ class CPUDevice:
         return tuple(steps)
 
     @staticmethod
-    def run_serial(steps: tuple, pointers: list[int], params: list[int]) -> None:
-        """Run ``serial_steps``' steps in order over the realization's buffer ``pointers`` and
-        random ``params``, in one foreign call: a plan of small kernels (a compiled graph on
-        tiny tensors, a training step's scalar updates) pays the launch path once, not per
-        kernel. The caller has checked that no earlier work on the device is pending."""
+    def run_steps(steps: tuple, pointers: list[int], params: list[int], wait_events: list[Event]) -> Event:
+        """Run ``plan_steps``' steps in order, after ``wait_events``, over the realization's
+        buffer ``pointers`` and random ``params``, in one foreign call: a plan of small kernels
+        (a compiled graph on tiny tensors, a training step's scalar updates) pays the launch
+        path once, not per kernel. Done when it returns."""
+        wait_all(wait_events)
         CALLS.serial_each(steps, pointers, params)
+        return completed()
 
     def compile(self, name: str, source: str) -> CPUProgram:
         # Errors and the program carry the kernel's own source (what the renderer wrote).

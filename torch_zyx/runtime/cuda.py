@@ -41,8 +41,8 @@ from pathlib import Path
 
 from cuda.bindings import driver, nvrtc
 
-from ..config import CONFIG, DEBUG_COMPILE
-from ..memory.cuda import CUDAPool, CUDAStream, check, current, primary_context
+from ..config import CONFIG, DEBUG_COMPILE, native_extension
+from ..memory.cuda import CUDAError, CUDAPool, CUDAStream, check, current, primary_context
 from ..memory.events import Event, completed
 from . import CompileError
 
@@ -60,6 +60,9 @@ _WAVES = 8
 _BATCH = 64
 _NVRTC_OPTIONS = ("-std=c++17", "-w")
 _MASK64 = (1 << 64) - 1
+# A plan's launches in one C call (_cuda_launch.c), through the driver's own cuLaunchKernel.
+_CALLS = native_extension("torch_zyx.runtime._cuda_launch", "a cuda-bindings call per kernel")
+_launch_address: list[int] = []  # cuLaunchKernel's address (0: none), found once
 _HEAD = re.compile(r"__global__(?:\s+__launch_bounds__\((\d+)\))?\s+void\s+(\w+)\(([^)]*)\)")
 
 # ------------------------------------------------------------------------------------ NVRTC
@@ -233,16 +236,22 @@ class CUDAProgram:
         self._pointers = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
         self._params_address = ctypes.addressof(self._pointers)
 
+    def built(self):
+        """The kernel's CUfunction, compiling the device's pending programs first if needed;
+        raises the kernel's CompileError."""
+        if self._function is None:
+            if self._error is None:
+                self.device.build_pending()
+            if self._error is not None:
+                raise self._error
+        return self._function
+
     def launch(self, buffers: list, params: list[int], global_size: int, work: int,
                wait_events: list[Event]) -> Event:
         """Run outer iterations [0, global_size) (grouped kernels: that many blocks)."""
         del work  # the grid-stride loop shares the iterations out
         device = self.device
-        if self._function is None:
-            if self._error is None:
-                device.build_pending()
-            if self._error is not None:
-                raise self._error
+        self.built()
         values = self._values
         i = 0
         for buffer in buffers:
@@ -338,6 +347,51 @@ class CUDADevice:
                 self._shapes[iterations] = shape
         return shape
 
+    def plan_steps(self, launches: list[tuple]) -> tuple | None:
+        """``launches`` ((program, loop IR, slot indices, random parameter indices) each) as
+        ``run_steps``' steps (function, grid, block, slots, parameter indices, end): each launch
+        as ``CUDAProgram.launch`` makes it (compiling the programs now). None when a kernel takes
+        other parameters than given (launched one by one)."""
+        native = _native_launch() != 0
+        steps = []
+        for program, loop, slots, params in launches:
+            function = program.built()
+            if len(params) != program.n_params:
+                return None
+            if program.group_size:
+                if loop.global_size == 0:
+                    continue  # nothing to compute (and no ``id < end`` guard)
+                grid, block = loop.global_size, program.group_size
+            else:
+                grid, block = self.launch_shape(max(loop.global_size, 1))
+            steps.append((int(function) if native else function, grid, block, tuple(slots), tuple(params),
+                          loop.global_size))
+        return tuple(steps)
+
+    def run_steps(self, steps: tuple, pointers: list[int], params: list[int], wait_events: list[Event]) -> Event:
+        """Launch ``plan_steps``' steps in order on the stream after ``wait_events`` (those of
+        other streams), over the buffers' device ``pointers`` and the random ``params``; one
+        event for them all. Through ``_cuda_launch`` when built: every kernel's argument array
+        filled in C and the driver called directly, where cuda-bindings costs a few
+        microseconds of Python per kernel."""
+        stream = self.stream
+        with current(self.ctx):
+            stream.wait_for(wait_events)
+            address = _native_launch()
+            if address:
+                result, step = _CALLS.launch_each(address, int(stream.handle), steps, pointers, params)
+                if result:
+                    raise CUDAError(f"cuLaunchKernel (kernel {step} of the plan)", driver.CUresult(result))
+            else:
+                for function, grid, block, slots, indices, end in steps:
+                    values = [pointers[i] for i in slots] + [params[i] & _MASK64 for i in indices] + [end]
+                    array = (ctypes.c_uint64 * len(values))(*values)
+                    base = ctypes.addressof(array)
+                    arguments = (ctypes.c_void_p * len(values))(*(base + 8 * i for i in range(len(values))))
+                    check(driver.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream.handle,
+                                                ctypes.addressof(arguments), 0), "cuLaunchKernel")
+            return stream.record()
+
     # ------------------------------------------------------------------ compiling
 
     def compile(self, name: str, source: str) -> CUDAProgram:
@@ -416,6 +470,22 @@ class CUDADevice:
         if CONFIG.debug & DEBUG_COMPILE:
             print(f"zyx compile cuda: {len(programs)} kernels, {len(source)} chars of CUDA C for "
                   f"sm_{self.arch}: {time.perf_counter() - start:.2f} s")
+
+
+def _native_launch() -> int:
+    """The address of the driver's cuLaunchKernel for ``_cuda_launch``, or 0 (no extension, or
+    a driver module without ``cuGetProcAddress``, as the test suite's simulated driver)."""
+    if not _launch_address:
+        address = 0
+        get = getattr(driver, "cuGetProcAddress", None)
+        if _CALLS is not None and get is not None:
+            try:
+                result = get(b"cuLaunchKernel", 12000, driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT)
+                address = int(result[1]) if result[0] == driver.CUresult.CUDA_SUCCESS else 0
+            except Exception as exc:  # noqa: BLE001  (an older binding: launch through it instead)
+                log.info("zyx: cuGetProcAddress(cuLaunchKernel) failed (%s); launching through cuda-bindings", exc)
+        _launch_address.append(address)
+    return _launch_address[0]
 
 
 # -------------------------------------------------------------------------------- discovery
