@@ -31,8 +31,9 @@ Environment:
 Known failures live in ``tests/opinfo_expected_failures.json`` (test name -> one-line reason)
 and are applied as non-strict xfails: the ops helper fixes lowerings concurrently, so a fixed
 op must not break ``make test``; the report script lists such stale entries instead. When zyx:0
-is an OpenCL device, ``tests/opinfo_expected_failures_opencl.json`` adds the failures only seen
-there (``tests/opinfo_report.py --write --backend opencl``).
+is an OpenCL or a CUDA device, ``tests/opinfo_expected_failures_opencl.json`` (written by
+``tests/opinfo_report.py --write --backend opencl``) or ``..._cuda.json`` adds the failures only
+seen there.
 """
 
 from __future__ import annotations
@@ -93,12 +94,12 @@ def _load(path: Path) -> dict[str, str]:
 
 
 EXPECTED_FILE = Path(__file__).with_name("opinfo_expected_failures.json")
-EXPECTED_OPENCL_FILE = Path(__file__).with_name("opinfo_expected_failures_opencl.json")
-# Test name -> reason. On OpenCL the CPU file's entries apply too (most failures are missing
-# lowerings, the same on every backend); the OpenCL file lists only the failures seen there alone.
+# Test name -> reason. On a GPU backend the CPU file's entries apply too (most failures are
+# missing lowerings, the same on every backend); the backend's file lists only the failures seen
+# there alone.
 EXPECTED: dict[str, str] = _load(EXPECTED_FILE)
-if BACKEND == "opencl":
-    EXPECTED.update(_load(EXPECTED_OPENCL_FILE))
+if BACKEND in ("opencl", "cuda"):
+    EXPECTED.update(_load(Path(__file__).with_name(f"opinfo_expected_failures_{BACKEND}.json")))
 
 # Outputs of these ops are random or uninitialized: only shape and dtype are comparable.
 _RANDOM_WORDS = ("rand", "normal", "bernoulli", "multinomial", "dropout", "uniform", "empty",
