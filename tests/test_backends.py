@@ -101,18 +101,27 @@ def _on_cpu_runtime(dev) -> bool:
 def _launched(monkeypatch, compute):
     """``compute()``'s result, realized, and the sources of the CPU programs its realization
     launched (not the newest compiled program: an earlier test in this process may have
-    compiled the same kernel, which then is not compiled again)."""
-    from torch_zyx.runtime.cpu import CPUProgram
+    compiled the same kernel, which then is not compiled again), one by one or as a plan's
+    steps (``CPUDevice.run_steps``: kernels by address)."""
+    from torch_zyx.execute import contexts
+    from torch_zyx.runtime.cpu import CPUDevice, CPUProgram
 
     sources = []
-    launch = CPUProgram.launch
+    launch, run_steps = CPUProgram.launch, CPUDevice.run_steps
 
     def recording_launch(self, *args):
         sources.append(self.source)
         return launch(self, *args)
 
+    def recording_run_steps(steps, *args):
+        programs = {program.address: program for ctx in contexts.devices() for program in ctx.programs.values()
+                    if isinstance(program, CPUProgram)}
+        sources.extend(programs[step[0]].source for step in steps)
+        return run_steps(steps, *args)
+
     with monkeypatch.context() as patch:
         patch.setattr(CPUProgram, "launch", recording_launch)
+        patch.setattr(CPUDevice, "run_steps", staticmethod(recording_run_steps))
         result = compute()
         torch.zyx.synchronize()
     return result, sources

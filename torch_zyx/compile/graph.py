@@ -437,7 +437,8 @@ class CompiledGraph:
 class _EmptyPlan:
     """The plan of a graph whose outputs are all inputs or Python values: nothing to launch."""
 
-    launches = temps = root_slots = ()
+    launches = temps = root_slots = tracked = ()
+    steps = None  # (launch_plan: no runtime steps)
 
 
 class _EmptySignature:
