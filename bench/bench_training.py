@@ -1,5 +1,6 @@
-"""Training benchmarks: one optimizer step of an MLP, and a transformer layer forward+backward,
-on zyx and on CPU torch eager in the same process, with the zyx/CPU time ratio against a target.
+"""Training benchmarks: one optimizer step of an MLP, a transformer layer forward+backward and
+one AdamW step of a small GPT-style model, on zyx and on CPU torch eager in the same process, with
+the zyx/CPU time ratio against the target (no slower than CPU torch).
 
 Run ``python bench/bench_training.py`` (``--markdown`` prints the README table, ``--quick``
 uses smaller shapes for a smoke run). Each case is warmed up first (kernels compiled and
@@ -61,6 +62,49 @@ def _transformer_fn(layer, device, batch, seq, d_model):
     return step
 
 
+class TinyGPT(nn.Module):
+    """A GPT-style decoder: token and position embeddings, pre-norm causal transformer blocks
+    (GELU MLPs), a final layer norm and a language-model head tied to the token embedding."""
+
+    def __init__(self, vocab: int, d_model: int, heads: int, layers: int, seq: int):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(seq, d_model)
+        block = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.head.weight = self.tokens.weight
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
+
+    def forward(self, idx):
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        h = self.tokens(idx) + self.positions(positions)
+        h = self.blocks(h, mask=self.mask, is_causal=True)
+        return self.head(self.norm(h))
+
+
+def _gpt_step_fn(model, device, batch, seq, vocab):
+    model = copy.deepcopy(model).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen)
+    x, y = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+    def step():
+        opt.zero_grad()
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        if device == "zyx":
+            torch.zyx.synchronize()
+        return loss
+
+    return step
+
+
 def bench(make_step, repeats: int, warmup: int) -> tuple[float, float, float]:
     """(zyx seconds, CPU seconds, warm-up seconds of zyx including compilation)."""
     zyx_step, cpu_step = make_step("zyx"), make_step("cpu")
@@ -91,11 +135,16 @@ def main() -> None:
                         nn.Linear(hidden, 10))
     d, heads, seq, tbatch = (32, 4, 16, 2) if args.quick else (512, 8, 256, 8)
     layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+    vocab, gd, gheads, glayers, gseq, gbatch = (256, 32, 4, 2, 16, 2) if args.quick else (2048, 256, 4, 4, 128, 8)
+    gpt = TinyGPT(vocab, gd, gheads, glayers, gseq)
+    # Targets: no slower than CPU torch eager.
     cases = [
-        (f"MLP 784-{hidden}-{hidden}-10 Adam step, batch {batch}", 1.5,
+        (f"MLP 784-{hidden}-{hidden}-10 Adam step, batch {batch}", 1.0,
          lambda dev: _mlp_step_fn(mlp, dev, batch)),
-        (f"TransformerEncoderLayer d={d} h={heads} seq={seq} batch={tbatch} fwd+bwd", 2.0,
+        (f"TransformerEncoderLayer d={d} h={heads} seq={seq} batch={tbatch} fwd+bwd", 1.0,
          lambda dev: _transformer_fn(layer, dev, tbatch, seq, d)),
+        (f"GPT-style {glayers} layers d={gd} h={gheads} seq={gseq} batch={gbatch} vocab={vocab} AdamW step", 1.0,
+         lambda dev: _gpt_step_fn(gpt, dev, gbatch, gseq, vocab)),
     ]
     rows = []
     for name, target, make_step in cases:

@@ -10,6 +10,7 @@ import importlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,35 @@ def _env_int(name: str, default: int) -> int:
     except ValueError:
         log.warning("ignoring %s=%r: not an integer", name, value)
         return default
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_FORMS = "bytes (1073741824), with a unit (512M, 8G, 2GiB) or a fraction of the device's memory (0.5)"
+
+
+def _env_size(name: str) -> float:
+    """A memory size from the environment: bytes (> 1), a fraction of a device's memory (in (0, 1]),
+    or 0 when unset or invalid (with one warning naming the accepted forms)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return 0.0
+    match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:i?B)?", text, re.IGNORECASE)
+    if match:
+        number, unit = float(match.group(1)), match.group(2).upper()
+        if unit:
+            return number * _SIZE_UNITS[unit]
+        if 0 < number <= 1 or number > 1 and number.is_integer():
+            return number
+    log.warning("zyx: ignoring %s=%r: expected %s; no limit", name, text, _SIZE_FORMS)
+    return 0.0
+
+
+def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name, "").strip() or default
+    if value not in choices:
+        log.warning("zyx: ignoring %s=%r: expected one of %s; using %r", name, value, ", ".join(choices), default)
+        return default
+    return value
 
 
 def _cache_dir() -> Path:
@@ -64,9 +94,17 @@ class Config:
     cpu_team: str = "openmp"
     vector_bits: int = 0
     native: bool = True
+    # ZYX_MEMORY_LIMIT: the most bytes each device's pool holds (cached buffers included); a
+    # value in (0, 1] is a fraction of the device's memory; 0: no limit.
+    memory_limit: float = 0.0
 
     def debug_on(self, bit: int) -> bool:
         return bool(self.debug & bit)
+
+    def memory_limit_bytes(self, device_bytes: int) -> int:
+        """The pool limit of a device with ``device_bytes`` of memory (0: none)."""
+        limit = self.memory_limit
+        return int(limit * device_bytes) if 0 < limit <= 1 else int(limit)
 
 
 def _load() -> Config:
@@ -77,9 +115,10 @@ def _load() -> Config:
         max_pending=max(16, _env_int("ZYX_MAX_PENDING", 10000)),
         autotune=_env_int("ZYX_AUTOTUNE", 0) != 0,
         disk_cache=_env_int("ZYX_DISK_CACHE", 1) != 0,
-        cpu_team=os.environ.get("ZYX_CPU_TEAM", "openmp"),
+        cpu_team=_env_choice("ZYX_CPU_TEAM", "openmp", ("openmp", "native", "python")),
         vector_bits=max(0, _env_int("ZYX_VECTOR_BITS", 0)),
         native=_env_int("ZYX_NATIVE", 1) != 0,
+        memory_limit=_env_size("ZYX_MEMORY_LIMIT"),
     )
     file_backends = None
     path = _config_file()
@@ -89,8 +128,8 @@ def _load() -> Config:
             file_backends = data.get("backends")
             config.autotune = bool(data.get("autotune", config.autotune))
         except (OSError, ValueError, AttributeError) as exc:
-            if config.debug & DEBUG_DEVICES:
-                print(f"zyx: ignoring invalid {path}: {exc}")
+            log.warning("zyx: ignoring the config file %s: %s (expected a JSON object such as "
+                        "{\"backends\": [\"cpu\"], \"autotune\": false})", path, exc)
     elif config.debug & DEBUG_DEVICES:
         print(f"zyx: no config file at {path}, using defaults")
     env_backends = os.environ.get("ZYX_BACKENDS")

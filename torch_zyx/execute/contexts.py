@@ -11,6 +11,7 @@ device. A backend whose driver or package is missing is skipped with a warning s
 from __future__ import annotations
 
 import logging
+import os
 
 from ..codegen import cuda as cuda_renderer
 from ..codegen import llvm as llvm_renderer
@@ -42,6 +43,9 @@ class DeviceContext:
         self.index = index
         self.runtime = runtime
         self.pool = runtime.pool
+        # ZYX_MEMORY_LIMIT: bytes, or a fraction of the device's memory (the host's for the CPU).
+        total = getattr(runtime, "global_memory", None) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self.pool.limit = CONFIG.memory_limit_bytes(total)
         self.events = EventTable()
         self.programs: dict[str, object] = {}
         self.render = RENDERERS[runtime.renderer]

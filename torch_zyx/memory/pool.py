@@ -16,9 +16,23 @@ from collections import defaultdict
 from ..config import CONFIG, DEBUG_ALLOCATIONS
 from .events import Event, wait_all
 
+try:  # (the exception type torch code catches; the memory stage needs nothing else of torch)
+    from torch import OutOfMemoryError as _TorchOutOfMemory
+except ImportError:  # pragma: no cover
+    _TorchOutOfMemory = RuntimeError
 
-class PoolOutOfMemory(MemoryError):
-    """The device has no memory left even after the pool's cache was released."""
+
+class PoolOutOfMemory(_TorchOutOfMemory, MemoryError):
+    """An allocation did not fit: the device had no memory left, or the pool reached its limit
+    (``ZYX_MEMORY_LIMIT``), even after the pool's cache was released. A ``torch.OutOfMemoryError``,
+    as CUDA's allocator raises."""
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{int(nbytes)} bytes"
 
 
 class CachingPool:
@@ -36,6 +50,9 @@ class CachingPool:
         self.reserved = 0  # live + cached
         self.max_reserved = 0
         self._pending: list[tuple[object, list[Event]]] = []
+        # The most bytes the pool may hold, cached buffers included (0: as much as the device
+        # gives); the executor sets it from ZYX_MEMORY_LIMIT (execute/contexts.py).
+        self.limit = 0
 
     # --------------------------------------------------------------- device-specific parts
 
@@ -81,6 +98,12 @@ class CachingPool:
         return buffer, None
 
     def _allocate_new(self, nbytes: int):
+        if self.limit and self.reserved + nbytes > self.limit:
+            # Over the limit: the cached buffers go back first (after their pending work).
+            self._release_cache(wait_pending=True)
+            if self.reserved + nbytes > self.limit:
+                raise PoolOutOfMemory(self._out_of_memory(nbytes, f"Its limit (ZYX_MEMORY_LIMIT) is "
+                                                                  f"{_size(self.limit)}"))
         try:
             return self._new_buffer(nbytes)
         except self.out_of_memory_errors:
@@ -90,9 +113,13 @@ class CachingPool:
             try:
                 return self._new_buffer(nbytes)
             except self.out_of_memory_errors as exc:
-                raise PoolOutOfMemory(
-                    f"zyx: {self.name} pool out of memory allocating {nbytes} B "
-                    f"({self.allocated} B allocated, {self.reserved} B reserved)") from exc
+                raise PoolOutOfMemory(self._out_of_memory(nbytes, "The device has no more")) from exc
+
+    def _out_of_memory(self, nbytes: int, why: str) -> str:
+        """The message of an allocation that did not fit, with the pool's figures (as CUDA's)."""
+        return (f"zyx: {self.name} pool out of memory. Tried to allocate {_size(nbytes)}. {why}; "
+                f"{_size(self.allocated)} is allocated by tensors and {_size(self.reserved - self.allocated)} "
+                f"is reserved by the pool but unallocated (peak allocated {_size(self.max_allocated)}).")
 
     def free(self, buffer, wait_events: list[Event]) -> None:
         # Reuse must not overtake pending work on the buffer: until its events complete the

@@ -27,6 +27,7 @@ from ..memory.host import HostPool
 from . import CompileError
 from .cpu_calls import CALLS, COUNTER_WORDS, MAX_HOMES
 from .cpu_team import NativeTeam, OpenMPTeam, PythonWorkers
+from .disk_cache import PACKAGE_VERSION, read_entry, write_entry
 
 log = logging.getLogger("torch_zyx")
 
@@ -117,6 +118,7 @@ exit:
 """
 # Below this many scalar operations a launch runs on the calling thread: waking the pool costs more.
 _SERIAL_WORK = 1 << 15
+_LLVM_VERSION = ".".join(map(str, llvm.llvm_version_info))
 # The smallest chunk of a parallel launch, in scalar operations (about 10-20 us of work).
 _GRAIN_WORK = 1 << 16
 # On a team of more than _SMALL_TEAM threads a launch takes no more workers than it has pairs
@@ -400,11 +402,14 @@ class CPUDevice:
         # Errors and the program carry the kernel's own source (what the renderer wrote).
         kernel_source = source
         source = self._module_source(name, source)
-        digest = hashlib.sha256((self.triple + llvm.get_host_cpu_name() + source).encode()).hexdigest()[:32]
-        cached_object = self._cache_dir / f"{digest}.o"
+        # Keyed by everything the machine code depends on: the target, LLVM, torch_zyx and the
+        # module's source.
+        key = f"{self.triple}\x00{llvm.get_host_cpu_name()}\x00{_LLVM_VERSION}\x00{PACKAGE_VERSION}\x00{source}"
+        cached_object = self._cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.obj"
         with self._lock:
             module = self._parse(name, kernel_source, source)
-            cached = cached_object.read_bytes() if CONFIG.disk_cache and cached_object.exists() else None
+            # (checksummed: a garbled object file made MCJIT abort the process)
+            cached = read_entry(cached_object) if CONFIG.disk_cache else None
             if cached is None:
                 module = self._optimized(module, source)
                 if CONFIG.debug & DEBUG_COMPILE:
@@ -422,9 +427,6 @@ class CPUDevice:
         if not CONFIG.disk_cache:
             return
         try:
-            self._cache_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            write_entry(path, data)
         except OSError as exc:
             log.debug("zyx: cannot write kernel cache %s: %s", path, exc)

@@ -33,9 +33,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
-import os
 import re
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +43,7 @@ from ..config import CONFIG, DEBUG_COMPILE, native_extension
 from ..memory.cuda import CUDAError, CUDAPool, CUDAStream, check, current, primary_context
 from ..memory.events import Event, completed
 from . import CompileError
+from .disk_cache import read_entry, write_entry
 
 log = logging.getLogger("torch_zyx")
 
@@ -179,29 +178,6 @@ def _key(source: str, arch: int) -> str:
     major, minor = nvrtc_version()
     text = f"{source}\0sm_{arch}\0nvrtc {major}.{minor}\0{' '.join(_NVRTC_OPTIONS)}"
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Write-then-rename: a reader never sees a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _read_image(path: Path) -> bytes | None:
-    """A cached image (its sha256, then the bytes), or None when missing or corrupt."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    digest, image = data[:32], data[32:]
-    return image if image and hashlib.sha256(image).digest() == digest else None
 
 
 # ----------------------------------------------------------------------------------- device
@@ -413,13 +389,13 @@ class CUDADevice:
             self._build_batch(misses[first:first + _BATCH], cache)
 
     def _load_cached(self, program: CUDAProgram, cache: Path) -> bool:
-        try:
-            image_name = (cache / f"{program.key}.ref").read_text().strip()
-        except OSError:
+        reference = read_entry(cache / f"{program.key}.ref")
+        if reference is None:
             return False
+        image_name = reference.decode(errors="replace").strip()
         module = self._modules.get(image_name)
         if module is None:
-            image = _read_image(cache / image_name)
+            image = read_entry(cache / image_name)
             if image is None:
                 return False
             try:
@@ -462,9 +438,9 @@ class CUDADevice:
             program._attach(self._function(module, program.name))
         if cache is not None:
             try:
-                _write(cache / image_name, hashlib.sha256(image).digest() + image)
+                write_entry(cache / image_name, image)
                 for program in programs:
-                    _write(cache / f"{program.key}.ref", image_name.encode())
+                    write_entry(cache / f"{program.key}.ref", image_name.encode())
             except OSError as exc:  # a read-only or full cache directory: compile next time
                 log.warning("zyx: cannot write the CUDA kernel cache under %s: %s", cache, exc)
         if CONFIG.debug & DEBUG_COMPILE:

@@ -1,0 +1,127 @@
+"""Reliability: what users hit beyond the op tests (corrupted caches, ...).
+
+The on-disk kernel caches (runtime/disk_cache.py): an entry that was garbled, truncated or written
+by something else is ignored, compiled again and rewritten, reported once; it never aborts the
+process (a garbled LLVM object file used to make MCJIT abort with "LLVM ERROR").
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torch_zyx.config import CONFIG
+
+_PROGRAM = """
+import torch
+x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+for fn in (lambda a: (a * 2 + 1).sum(0), lambda a: a.cumsum(1), lambda a: torch.softmax(a @ a.T, -1),
+           lambda a: a.flip(0)[:, 1:] - 1):
+    torch.testing.assert_close(fn(x.to("zyx")).cpu(), fn(x))
+print("ok")
+"""
+
+needs_cpu_backend = pytest.mark.skipif((CONFIG.backends[0] if CONFIG.backends else "cpu") != "cpu",
+                                       reason="the LLVM object cache belongs to the CPU backend (zyx:0 is not it)")
+
+
+def _run(cache: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ZYX_CACHE_DIR=str(cache), ZYX_BACKENDS="cpu", ZYX_DISK_CACHE="1")
+    return subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+@needs_cpu_backend
+def test_damaged_kernel_cache_entries_are_compiled_again(tmp_path):
+    first = _run(tmp_path)
+    assert first.returncode == 0 and "ok" in first.stdout, first.stderr[-2000:]
+    entries = sorted((tmp_path / "llvm").glob("*.obj"))
+    assert len(entries) >= 4, "the first run wrote too few kernel cache entries"
+    # Each entry damaged one way: garbled, truncated, emptied, replaced by another object file.
+    for n, entry in enumerate(entries):
+        data = entry.read_bytes()
+        entry.write_bytes([bytes(b ^ 0x5A for b in data[:4096]) + data[4096:], data[:len(data) // 2], b"",
+                           b"\x7fELF" + os.urandom(600)][n % 4])
+    second = _run(tmp_path)
+    assert second.returncode == 0 and "ok" in second.stdout, second.stderr[-2000:]
+    assert second.stderr.count("corrupt kernel cache entry") == 1  # reported once
+    # Rewritten: a third run reads every entry back without a report.
+    third = _run(tmp_path)
+    assert third.returncode == 0 and "corrupt" not in third.stderr, third.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- out of memory
+
+_OOM_PROGRAM = """
+import torch
+n = 16 << 20  # float32 elements in 64 MiB
+kept = []
+for i in range(4):
+    kept.append(torch.full((n,), float(i + 1), device="zyx") * 2)
+    torch.zyx.synchronize()
+try:
+    extra = torch.full((n,), 7.0, device="zyx") * 2
+    torch.zyx.synchronize()
+except torch.OutOfMemoryError as exc:
+    print("OOM:", exc)
+    del extra  # the value that did not fit (lazy: it is still pending until dropped)
+else:
+    raise SystemExit("no out-of-memory error")
+for i, t in enumerate(kept):  # the tensors that existed before are intact
+    assert t[::4096].cpu().eq(2.0 * (i + 1)).all()
+del kept[0]
+again = torch.full((n,), 5.0, device="zyx") * 2  # fits again once one is freed
+assert again[::4096].cpu().eq(10.0).all()
+print("allocated", torch.zyx.memory_allocated(), "reserved", torch.zyx.memory_reserved())
+"""
+
+
+@needs_cpu_backend
+@pytest.mark.parametrize("limit", ["300M", "300MiB", "314572800"])
+def test_pool_limit_raises_torch_out_of_memory_and_keeps_tensors(limit):
+    env = dict(os.environ, ZYX_BACKENDS="cpu", ZYX_MEMORY_LIMIT=limit)
+    result = subprocess.run([sys.executable, "-c", _OOM_PROGRAM], env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    message = next(line for line in result.stdout.splitlines() if line.startswith("OOM:"))
+    assert "Tried to allocate 64.00 MiB" in message and "ZYX_MEMORY_LIMIT" in message and "300.00 MiB" in message
+    assert "192.00 MiB is allocated by tensors" in message or "256.00 MiB is allocated by tensors" in message
+
+
+def test_memory_limit_setting_forms():
+    from torch_zyx.config import Config
+
+    assert Config(memory_limit=0.5).memory_limit_bytes(8 << 30) == 4 << 30
+    assert Config(memory_limit=float(300 << 20)).memory_limit_bytes(8 << 30) == 300 << 20
+    assert Config().memory_limit_bytes(8 << 30) == 0
+
+
+@pytest.mark.parametrize("setting, value, expected", [
+    ("ZYX_MEMORY_LIMIT", "lots", "ZYX_MEMORY_LIMIT='lots': expected bytes"),
+    ("ZYX_MEMORY_LIMIT", "1.5", "ZYX_MEMORY_LIMIT='1.5': expected bytes"),
+    ("ZYX_CPU_TEAM", "gpu", "ZYX_CPU_TEAM='gpu': expected one of openmp, native, python"),
+    ("ZYX_THREADS", "two", "ZYX_THREADS='two': not an integer"),
+])
+def test_an_invalid_setting_gives_one_clear_message_then_the_default(setting, value, expected):
+    env = dict(os.environ, ZYX_BACKENDS="cpu", **{setting: value})
+    program = "import torch; print((torch.ones(3, device='zyx') + 1).cpu().tolist())"
+    result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 0 and "[2.0, 2.0, 2.0]" in result.stdout, result.stderr[-2000:]
+    assert result.stderr.count(expected) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def test_a_broken_config_file_gives_one_clear_message(tmp_path):
+    (tmp_path / "zyx").mkdir()
+    (tmp_path / "zyx" / "config.json").write_text("{backends: cpu")  # not JSON
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path))
+    env.pop("ZYX_BACKENDS", None)
+    program = "import torch; print((torch.ones(3, device='zyx') + 1).cpu().tolist())"
+    result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 0 and "[2.0, 2.0, 2.0]" in result.stdout, result.stderr[-2000:]
+    assert result.stderr.count("ignoring the config file") == 1 and "Traceback" not in result.stderr
