@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp
 # Pinned on purpose: a loose `torch` requirement resolves to a multi-GB CUDA build.
 TORCH_VERSION := 2.13.0
 
-.PHONY: venv demo test test-opencl test-cuda test-ops opinfo-expected opinfo-expected-opencl bench lint ocl clean
+.PHONY: venv demo test test-opencl test-cuda test-ops fuzz opinfo-expected opinfo-expected-opencl bench lint ocl clean
 
 venv: $(STAMP)
 
@@ -15,7 +15,7 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
 # Re-run when the install inputs change (the C node table is built by this install) or the venv is new.
-$(STAMP): pyproject.toml setup.py torch_zyx/lazy/_native.c | $(VPY)
+$(STAMP): pyproject.toml setup.py torch_zyx/lazy/_native.c torch_zyx/runtime/_launch.c torch_zyx/runtime/_cuda_launch.c | $(VPY)
 	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q torch==$(TORCH_VERSION)
 	$(VPY) -m pip install -q -e '.[test,cuda]'
 	@touch $(STAMP)
@@ -103,6 +103,15 @@ opinfo-expected: venv
 	rm -rf $(OPINFO_RECORD)
 	-ZYX_OPINFO_FULL=1 ZYX_OPINFO_RECORD=$(OPINFO_RECORD) $(VPY) -m pytest -n auto -q tests/test_opinfo.py
 	$(VPY) tests/opinfo_report.py $(OPINFO_RECORD) --write
+
+# The random-program fuzzer (tests/test_fuzz.py) at length: 10,000 programs with a random seed on
+# the CPU backend, then on OpenCL where it is available (make test runs 200 with a fixed seed).
+FUZZ_EXAMPLES ?= 10000
+fuzz: venv ocl
+	ZYX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ZYX_FUZZ_RANDOM=1 $(VPY) -m pytest -q tests/test_fuzz.py
+	@if $(VPY) -c "import pyopencl as cl; assert cl.get_platforms()" >/dev/null 2>&1; then \
+	  ZYX_BACKENDS=opencl ZYX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ZYX_FUZZ_RANDOM=1 $(VPY) -m pytest -q tests/test_fuzz.py; \
+	else echo "fuzz: OpenCL skipped: no OpenCL platform"; fi
 
 bench: venv
 	$(VPY) bench/bench.py
