@@ -15,7 +15,7 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
 # Re-run when the install inputs change (the C node table is built by this install) or the venv is new.
-$(STAMP): pyproject.toml setup.py torch_zyx/lazy/_native.c torch_zyx/runtime/_launch.c torch_zyx/runtime/_cuda_launch.c | $(VPY)
+$(STAMP): pyproject.toml setup.py torch_zyx/lazy/_native.c torch_zyx/runtime/_launch.c torch_zyx/runtime/_cuda_launch.c torch_zyx/runtime/_words.h | $(VPY)
 	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q torch==$(TORCH_VERSION)
 	$(VPY) -m pip install -q -e '.[test,cuda]'
 	@touch $(STAMP)

@@ -13,6 +13,8 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("torch_zyx.lazy._native", ["torch_zyx/lazy/_native.c"], optional=True),
-    Extension("torch_zyx.runtime._launch", ["torch_zyx/runtime/_launch.c"], optional=True),
-    Extension("torch_zyx.runtime._cuda_launch", ["torch_zyx/runtime/_cuda_launch.c"], optional=True),
+    Extension("torch_zyx.runtime._launch", ["torch_zyx/runtime/_launch.c"], optional=True,
+              depends=["torch_zyx/runtime/_words.h"]),
+    Extension("torch_zyx.runtime._cuda_launch", ["torch_zyx/runtime/_cuda_launch.c"], optional=True,
+              depends=["torch_zyx/runtime/_words.h"]),
 ])

@@ -32,10 +32,17 @@ def _mlp_step_fn(model, device, batch):
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(batch, 784, generator=gen).to(device)
     y = torch.randint(0, 10, (batch,), generator=gen).to(device)
+    return _classifier_step(model, opt, x, y, device)
+
+
+def _classifier_step(model, opt, x, y, device):
+    """One training step: zero_grad, forward, cross entropy over the last axis (every position
+    of a sequence model), backward, the optimizer's step; synchronized on zyx."""
 
     def step():
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
+        logits = model(x)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
         if device == "zyx":
@@ -90,19 +97,7 @@ def _gpt_step_fn(model, device, batch, seq, vocab):
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen)
-    x, y = tokens[:, :-1].to(device), tokens[:, 1:].to(device)
-
-    def step():
-        opt.zero_grad()
-        logits = model(x)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        if device == "zyx":
-            torch.zyx.synchronize()
-        return loss
-
-    return step
+    return _classifier_step(model, opt, tokens[:, :-1].to(device), tokens[:, 1:].to(device), device)
 
 
 def bench(make_step, repeats: int, warmup: int) -> tuple[float, float, float]:

@@ -21,6 +21,8 @@
 
 #include <stdint.h>
 
+#include "_words.h"
+
 typedef int (*launch_fn)(void *function, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
                          unsigned block_y, unsigned block_z, unsigned shared_bytes, void *stream, void **args,
                          void **extra);
@@ -31,24 +33,6 @@ typedef struct {
     unsigned grid, block;
     Py_ssize_t first, count;
 } Launch;
-
-/* ``values[index]`` of a list or tuple of ints, as 64 bits (pointers read unsigned); 0 on error. */
-static int
-word_at(PyObject *values, PyObject *index_item, uint64_t *out)
-{
-    Py_ssize_t index = PyLong_AsSsize_t(index_item);
-    if (index == -1 && PyErr_Occurred())
-        return 0;
-    if (index < 0 || index >= PySequence_Fast_GET_SIZE(values)) {
-        PyErr_Format(PyExc_IndexError, "launch_each: index %zd out of range", index);
-        return 0;
-    }
-    unsigned long long value = PyLong_AsUnsignedLongLongMask(PySequence_Fast_GET_ITEM(values, index));
-    if (value == (unsigned long long)-1 && PyErr_Occurred())
-        return 0;
-    *out = value;
-    return 1;
-}
 
 /* Fills ``launches`` and ``values`` from the steps (the GIL held); 0 on error. */
 static int
@@ -67,10 +51,10 @@ gather(PyObject *steps, PyObject *pointers, PyObject *params, Launch *launches, 
             return 0;
         launch->first = at;
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(slots); j++)
-            if (!word_at(pointers, PyTuple_GET_ITEM(slots, j), &values[at++]))
+            if (!word_at(pointers, PyTuple_GET_ITEM(slots, j), &values[at++], "launch_each"))
                 return 0;
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(indices); j++)
-            if (!word_at(params, PyTuple_GET_ITEM(indices, j), &values[at++]))
+            if (!word_at(params, PyTuple_GET_ITEM(indices, j), &values[at++], "launch_each"))
                 return 0;
         values[at++] = (uint64_t)end;
         launch->count = at - launch->first;

@@ -33,6 +33,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_words.h"
+
 typedef struct {
     void **buffers;
     int64_t *params;
@@ -246,24 +248,6 @@ py_serial(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
-/* The word ``values[index]`` of a sequence of ints, or 0 with an error for a bad index. */
-static int
-word_at(PyObject *values, PyObject *index_item, int64_t *out)
-{
-    Py_ssize_t index = PyLong_AsSsize_t(index_item);
-    if (index == -1 && PyErr_Occurred())
-        return 0;
-    if (index < 0 || index >= PySequence_Fast_GET_SIZE(values)) {
-        PyErr_Format(PyExc_IndexError, "serial_each: index %zd out of range", index);
-        return 0;
-    }
-    unsigned long long value = PyLong_AsUnsignedLongLongMask(PySequence_Fast_GET_ITEM(values, index));
-    if (value == (unsigned long long)-1 && PyErr_Occurred())
-        return 0;
-    *out = (int64_t)value;
-    return 1;
-}
-
 /* serial_each(steps, pointers, params): a plan's launches that each run on this thread (small
  * ones), in order, in one call: every step's arrays are gathered first (the GIL held), then
  * the kernels run one after the other with the GIL released. A step is a tuple (kernel, slots,
@@ -316,13 +300,13 @@ py_serial_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t n_slots = PyTuple_GET_SIZE(slots), n_params = PyTuple_GET_SIZE(indices);
         words[at] = 0;
         for (Py_ssize_t j = 0; j < n_slots; j++)
-            if (!word_at(pointers, PyTuple_GET_ITEM(slots, j), &words[at + j]))
+            if (!word_at(pointers, PyTuple_GET_ITEM(slots, j), (uint64_t *)&words[at + j], "serial_each"))
                 goto done;
         at += n_slots ? n_slots : 1;
         plan[4 * i + 3] = at;
         words[at] = 0;
         for (Py_ssize_t j = 0; j < n_params; j++)
-            if (!word_at(params, PyTuple_GET_ITEM(indices, j), &words[at + j]))
+            if (!word_at(params, PyTuple_GET_ITEM(indices, j), (uint64_t *)&words[at + j], "serial_each"))
                 goto done;
         at += n_params ? n_params : 1;
     }
