@@ -236,13 +236,13 @@ def test_disk_kernel_cache_reused_by_second_process(tmp_path, monkeypatch):
     monkeypatch.setattr("torch_zyx.execute.realize._plans", {})
     x = torch.arange(777, dtype=torch.float32, device="zyx")
     ((x * 0.25 + 7.5).sin() * x).sum().item()  # the same graph as _CACHE_SCRIPT
-    objects = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "llvm").glob("*.o")}
+    objects = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "llvm").glob("*.obj")}
     assert objects, "no kernel object written to the disk cache"
     result = _run(tmp_path)
     assert result.returncode == 0, result.stderr
     compiled = int(result.stdout.split("compiled")[1])
     assert compiled >= 1  # programs are still built (loaded) in the new process...
-    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "llvm").glob("*.o")}
+    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "llvm").glob("*.obj")}
     assert after == objects  # ...but from the cached objects: nothing new written
 
 

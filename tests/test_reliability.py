@@ -125,3 +125,32 @@ def test_a_broken_config_file_gives_one_clear_message(tmp_path):
                             timeout=300, check=False)
     assert result.returncode == 0 and "[2.0, 2.0, 2.0]" in result.stdout, result.stderr[-2000:]
     assert result.stderr.count("ignoring the config file") == 1 and "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------- bounded caches
+
+
+def test_plan_and_program_caches_keep_the_most_recently_used(monkeypatch):
+    import torch
+
+    import torch_zyx
+    from torch_zyx.execute import realize
+    from torch_zyx.execute.cache import BoundedCache
+    from torch_zyx.execute.contexts import devices
+
+    monkeypatch.setattr(realize, "_plans", BoundedCache(8))
+    monkeypatch.setattr(realize, "_lowered", BoundedCache(16))
+    device = devices()[0]
+    monkeypatch.setattr(device, "programs", BoundedCache(16))
+    torch_zyx.reset_counters()
+    x = torch.arange(60, dtype=torch.float32)
+    z = x.to("zyx")
+    # 30 different graphs (a new shape each), then the first ones again: rebuilt, still right.
+    for n in list(range(1, 31)) + [1, 2, 3]:
+        torch.testing.assert_close((z[:n] * n + 1).sum().cpu(), (x[:n] * n + 1).sum())
+    assert len(realize._plans) <= 8 and len(realize._lowered) <= 16 and len(device.programs) <= 16
+    assert torch_zyx.counters()["cache_evictions"] >= 30
+    # A plan used again is kept: the most recent graph is a hit.
+    hits = torch_zyx.counters()["schedule_cache_hits"]
+    torch.testing.assert_close((z[:3] * 3 + 1).sum().cpu(), (x[:3] * 3 + 1).sum())
+    assert torch_zyx.counters()["schedule_cache_hits"] == hits + 1

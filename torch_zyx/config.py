@@ -97,6 +97,9 @@ class Config:
     # ZYX_MEMORY_LIMIT: the most bytes each device's pool holds (cached buffers included); a
     # value in (0, 1] is a fraction of the device's memory; 0: no limit.
     memory_limit: float = 0.0
+    # ZYX_CACHE_ENTRIES: plans kept in memory (lowered kernels and each device's programs: twice
+    # as many); the least recently used go beyond it (execute/cache.py).
+    cache_entries: int = 4096
 
     def debug_on(self, bit: int) -> bool:
         return bool(self.debug & bit)
@@ -119,6 +122,7 @@ def _load() -> Config:
         vector_bits=max(0, _env_int("ZYX_VECTOR_BITS", 0)),
         native=_env_int("ZYX_NATIVE", 1) != 0,
         memory_limit=_env_size("ZYX_MEMORY_LIMIT"),
+        cache_entries=max(16, _env_int("ZYX_CACHE_ENTRIES", 4096)),
     )
     file_backends = None
     path = _config_file()

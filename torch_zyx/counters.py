@@ -6,7 +6,9 @@ NAMES = ("kernels_launched", "kernels_compiled", "realizations", "schedule_cache
          "schedule_cache_misses", "cpu_fallbacks", "bytes_allocated", "kernelizer_runs",
          # torch.compile(backend="zyx") (compile/): plans traced, and calls of graphs that could not
          # be one plan and ran op by op.
-         "compiled_plans", "compile_fallbacks")
+         "compiled_plans", "compile_fallbacks",
+         # Entries the bounded caches dropped (execute/cache.py, ZYX_CACHE_ENTRIES).
+         "cache_evictions")
 
 _values = dict.fromkeys(NAMES, 0)
 

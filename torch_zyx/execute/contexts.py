@@ -23,6 +23,7 @@ from ..dtypes import pack_scalars
 from ..lazy.panels import DEFAULT_TILE
 from ..memory.buffer import ConstantBuffer
 from ..memory.events import EventTable
+from .cache import BoundedCache
 
 log = logging.getLogger("torch_zyx")
 
@@ -47,7 +48,7 @@ class DeviceContext:
         total = getattr(runtime, "global_memory", None) or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         self.pool.limit = CONFIG.memory_limit_bytes(total)
         self.events = EventTable()
-        self.programs: dict[str, object] = {}
+        self.programs: dict[str, object] = BoundedCache(2 * CONFIG.cache_entries)
         self.render = RENDERERS[runtime.renderer]
         # Device facts a renderer takes into account (the CPU's cache size for streaming stores).
         self.render_options = getattr(runtime, "render_options", {})

@@ -20,6 +20,7 @@ from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..lazy.kernelize import GraphSignature, Schedule, kernelize
 from ..memory.buffer import Buffer
+from .cache import BoundedCache
 from .contexts import DeviceContext
 
 log = logging.getLogger("torch_zyx")
@@ -57,8 +58,8 @@ class Plan:
 
 _UNKNOWN = object()
 # (device, slot dtypes, stores' ASTs) → (loop IR, program): lowering is the costly part of a miss.
-_lowered: dict[tuple, tuple] = {}
-_plans: dict[tuple, Plan] = {}
+_lowered: dict[tuple, tuple] = BoundedCache(2 * CONFIG.cache_entries)
+_plans: dict[tuple, Plan] = BoundedCache(CONFIG.cache_entries)
 
 
 def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
