@@ -154,3 +154,51 @@ def test_plan_and_program_caches_keep_the_most_recently_used(monkeypatch):
     hits = torch_zyx.counters()["schedule_cache_hits"]
     torch.testing.assert_close((z[:3] * 3 + 1).sum().cpu(), (x[:3] * 3 + 1).sum())
     assert torch_zyx.counters()["schedule_cache_hits"] == hits + 1
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@needs_cpu_backend
+def test_dataloader_workers_over_zyx_tensors():
+    # Forked workers index and collate zyx tensors (the CPU backend gets its own threads in a
+    # child); the batches come back to the parent on zyx with the right values.
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x = torch.arange(40, dtype=torch.float32).reshape(20, 2)
+    y = torch.arange(20)
+    batches = list(DataLoader(TensorDataset(x.to("zyx"), y.to("zyx")), batch_size=4, num_workers=2))
+    assert len(batches) == 5
+    for k, (a, b) in enumerate(batches):
+        assert a.device.type == "zyx" and b.device.type == "zyx"
+        torch.testing.assert_close(a.cpu(), x[4 * k:4 * k + 4])
+        assert b.cpu().tolist() == list(range(4 * k, 4 * k + 4))
+
+
+# --------------------------------------------------------------------------- long runs
+
+
+def test_training_memory_stays_flat():
+    # Device memory after 40 warm-up steps of an Adam MLP equals the memory 200 steps later:
+    # nothing a step allocates outlives the next one (bench/long_run.py runs 10,000 steps).
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)).to("zyx")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 32).to("zyx"), torch.randint(0, 10, (16,)).to("zyx")
+
+    def steps(n):
+        for _ in range(n):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            torch.zyx.synchronize()  # (each step realized, as a loop reading its loss does)
+
+    steps(40)
+    allocated, reserved = torch.zyx.memory_allocated(), torch.zyx.memory_reserved()
+    steps(200)
+    assert torch.zyx.memory_allocated() == allocated
+    assert torch.zyx.memory_reserved() == reserved
