@@ -98,8 +98,9 @@ class Config:
     # value in (0, 1] is a fraction of the device's memory; 0: no limit.
     memory_limit: float = 0.0
     # ZYX_CACHE_ENTRIES: plans kept in memory (lowered kernels and each device's programs: twice
-    # as many); the least recently used go beyond it (execute/cache.py).
-    cache_entries: int = 4096
+    # as many); the least recently used go beyond it (execute/cache.py). A compiled CPU program
+    # holds ~1 MB (its MCJIT engine): 2048 programs are ~2 GB.
+    cache_entries: int = 1024
 
     def debug_on(self, bit: int) -> bool:
         return bool(self.debug & bit)
@@ -122,7 +123,7 @@ def _load() -> Config:
         vector_bits=max(0, _env_int("ZYX_VECTOR_BITS", 0)),
         native=_env_int("ZYX_NATIVE", 1) != 0,
         memory_limit=_env_size("ZYX_MEMORY_LIMIT"),
-        cache_entries=max(16, _env_int("ZYX_CACHE_ENTRIES", 4096)),
+        cache_entries=max(16, _env_int("ZYX_CACHE_ENTRIES", 1024)),
     )
     file_backends = None
     path = _config_file()
