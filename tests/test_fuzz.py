@@ -68,10 +68,11 @@ OPS = {
     "read": (lambda t, i: t[i].cpu(), "{t[i]}.cpu()"),
 }
 _IN_PLACE = {"add_", "mul_", "copy_", "fill_", "sync", "read"}
-# Ops whose result is a view: its strides follow from its source's. zyx lays computed results out
+# Ops whose result is a view (or, for reshape, a view or a copy decided by the strides alone): its
+# strides follow from its source's. zyx lays computed results out
 # contiguously where CPU torch's TensorIterator follows its inputs' layout (``torch.abs(t.t())``
 # has strides (1, n) there): strides are compared for the inputs and views of them only.
-_VIEWS = {"slice", "permute", "transpose", "expand", "unsqueeze", "as_strided"}
+_VIEWS = {"slice", "permute", "transpose", "expand", "unsqueeze", "as_strided", "reshape"}
 _UNARY = {"torch.neg": torch.neg, "torch.abs": torch.abs, "torch.exp": torch.exp, "torch.tanh": torch.tanh,
           "torch.sigmoid": torch.sigmoid, "torch.relu": torch.relu, "torch.sin": torch.sin,
           "torch.square": torch.square}
@@ -277,6 +278,10 @@ def _overlapping(t) -> bool:
         t._base is not None and t.numel() > 1 and len(set(_offsets(t))) < t.numel()
 
 
+def _base(t):
+    return t._base if t._base is not None else t
+
+
 def _offsets(t) -> list[int]:
     """The memory offset of every element of ``t``."""
     offsets = [0]
@@ -300,6 +305,8 @@ def programs(draw):
         op, args = step
         if op in ("add_", "mul_", "copy_", "fill_") and _overlapping(meta[args[0]]):
             continue
+        if op == "copy_" and args[0] != args[1] and _base(meta[args[0]]) is _base(meta[args[1]]):
+            continue  # (a copy from memory it overwrites: CPU torch's result depends on its loop order)
         try:
             result = OPS[op][0](meta, *args) if op not in ("sync", "read") else None
         except (RuntimeError, IndexError, ValueError, TypeError):
@@ -307,8 +314,11 @@ def programs(draw):
         steps.append(step)
         if op not in _IN_PLACE:
             meta.append(result)
-    # The final in-place write that shows aliasing: to a tensor whose elements do not overlap.
-    writable = [k for k, t in enumerate(meta) if not _overlapping(t) and t.numel()]
+    # The final in-place write that shows aliasing: to a tensor whose elements do not overlap and
+    # whose strides are defined by views of an input (a computed result's layout may differ, and
+    # with it whether a reshape of it is a view: see ``_VIEWS``).
+    defined = _layout_defined((spec, steps, None))
+    writable = [k for k, t in enumerate(meta) if not _overlapping(t) and t.numel() and defined[k]]
     final = draw(st.sampled_from(writable)) if writable else None
     return spec, steps, final
 

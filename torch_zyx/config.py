@@ -99,8 +99,8 @@ class Config:
     memory_limit: float = 0.0
     # ZYX_CACHE_ENTRIES: plans kept in memory (lowered kernels and each device's programs: twice
     # as many); the least recently used go beyond it (execute/cache.py). A compiled CPU program
-    # holds ~1 MB (its MCJIT engine): 2048 programs are ~2 GB.
-    cache_entries: int = 1024
+    # holds ~1.5 MB (its MCJIT engine): 512 programs are ~0.75 GB.
+    cache_entries: int = 256
 
     def debug_on(self, bit: int) -> bool:
         return bool(self.debug & bit)
@@ -123,7 +123,7 @@ def _load() -> Config:
         vector_bits=max(0, _env_int("ZYX_VECTOR_BITS", 0)),
         native=_env_int("ZYX_NATIVE", 1) != 0,
         memory_limit=_env_size("ZYX_MEMORY_LIMIT"),
-        cache_entries=max(16, _env_int("ZYX_CACHE_ENTRIES", 1024)),
+        cache_entries=max(16, _env_int("ZYX_CACHE_ENTRIES", 256)),
     )
     file_backends = None
     path = _config_file()

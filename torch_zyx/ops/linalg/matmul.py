@@ -105,12 +105,21 @@ def mv(a, v):
     if a.dim() != 2 or v.dim() != 1 or a.shape[1] != v.shape[0]:
         raise RuntimeError(f"size mismatch, got input ({a.shape[0]}x{a.shape[1] if a.dim() > 1 else ''}), "
                            f"vec ({v.shape[0] if v.dim() else ''})")
+    _check_addmv_dtypes(v, a, v)
     out = matmul_nodes(read(a), g.reshape(read(v), (v.shape[0], 1)))
     return wrap(g.cast(g.reshape(out, (a.shape[0],)), zdtype(a.dtype)), a._storage.device)
 
 
+def _check_addmv_dtypes(result, mat, vec) -> None:
+    """CPU torch's check of addmv (and of mv, through it): one dtype for all."""
+    if not result.dtype == mat.dtype == vec.dtype:
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_name(result.dtype)}, "
+                           f"{_name(mat.dtype)}, and {_name(vec.dtype)}")
+
+
 @register(aten.addmv.default)
 def addmv(bias, a, v, beta=1, alpha=1):
+    _check_addmv_dtypes(bias, a, v)
     prod = g.reshape(matmul_nodes(read(a), g.reshape(read(v), (v.shape[0], 1))), (a.shape[0],))
     return wrap(_scaled_sum(prod, bias, beta, alpha, zdtype(a.dtype)), a._storage.device)
 
