@@ -205,7 +205,7 @@ class CPUProgram:
         pointers = [b.raw.ptr for b in buffers]
         device = self.device
         threads = device.threads
-        if threads <= 1 or work < _SERIAL_WORK or global_size <= 1:
+        if device.runs_serially(work, global_size):
             wait_all(wait_events)
             CALLS.serial(self.address, pointers, params, 0, global_size)
             return completed()
@@ -377,13 +377,18 @@ class CPUDevice:
         with self._lock:
             return str(self._optimized(self._parse(name, source, full), full))
 
+    def runs_serially(self, work: int, global_size: int) -> bool:
+        """Whether a launch of ``work`` scalar operations over ``global_size`` iterations runs
+        on the calling thread (waking the team would cost more)."""
+        return self.threads <= 1 or work < _SERIAL_WORK or global_size <= 1
+
     def plan_steps(self, launches: list[tuple]) -> tuple | None:
         """``launches`` ((program, loop IR, slot indices, random parameter indices) each) as the
         steps of one ``serial_each`` call when every launch is one ``CPUProgram.launch`` runs on
         the calling thread (little work), else None (launched one by one)."""
         steps = []
         for program, loop, slots, params in launches:
-            if not (self.threads <= 1 or loop.work < _SERIAL_WORK or loop.global_size <= 1):
+            if not self.runs_serially(loop.work, loop.global_size):
                 return None
             steps.append((program.address, tuple(slots), tuple(params), loop.global_size))
         return tuple(steps)

@@ -82,11 +82,10 @@ class CtypesCalls:
         buffers, param_array = _arrays(pointers, params)
         _function(_KERNEL, kernel)(buffers, param_array, start, end)
 
-    @staticmethod
-    def serial_each(steps, pointers: list[int], params: list[int]) -> None:
+    @classmethod
+    def serial_each(cls, steps, pointers: list[int], params: list[int]) -> None:
         for kernel, slots, indices, end in steps:
-            buffers, param_array = _arrays([pointers[i] for i in slots], [params[i] for i in indices])
-            _function(_KERNEL, kernel)(buffers, param_array, 0, end)
+            cls.serial(kernel, [pointers[i] for i in slots], [params[i] for i in indices], 0, end)
 
     @staticmethod
     def entry(entry: int, task: CtypesTask) -> None:

@@ -222,6 +222,14 @@ class CUDAProgram:
                 raise self._error
         return self._function
 
+    def shape(self, global_size: int) -> tuple[int, int] | None:
+        """(blocks, threads per block) of a launch of ``global_size`` outer iterations (grouped
+        kernels: that many blocks of their group size), or None when there is nothing to launch
+        (a grouped kernel of no iterations: it has no ``id < end`` guard, cstyle.py)."""
+        if not self.group_size:
+            return self.device.launch_shape(max(global_size, 1))
+        return (global_size, self.group_size) if global_size else None
+
     def launch(self, buffers: list, params: list[int], global_size: int, work: int,
                wait_events: list[Event]) -> Event:
         """Run outer iterations [0, global_size) (grouped kernels: that many blocks)."""
@@ -237,14 +245,11 @@ class CUDAProgram:
             values[i] = params[j] & _MASK64 if j < len(params) else 0
             i += 1
         values[i] = global_size
-        if self.group_size:
-            if global_size == 0:
-                # Nothing to compute, and a grouped kernel has no ``id < end`` guard (cstyle.py);
-                # the events waited for stay in the event table until they complete.
-                return completed()
-            grid, block = global_size, self.group_size
-        else:
-            grid, block = device.launch_shape(max(global_size, 1))
+        shape = self.shape(global_size)
+        if shape is None:
+            # The events waited for stay in the event table until they complete.
+            return completed()
+        grid, block = shape
         stream = device.stream
         with current(device.ctx):
             stream.wait_for(wait_events)
@@ -334,14 +339,10 @@ class CUDADevice:
             function = program.built()
             if len(params) != program.n_params:
                 return None
-            if program.group_size:
-                if loop.global_size == 0:
-                    continue  # nothing to compute (and no ``id < end`` guard)
-                grid, block = loop.global_size, program.group_size
-            else:
-                grid, block = self.launch_shape(max(loop.global_size, 1))
-            steps.append((int(function) if native else function, grid, block, tuple(slots), tuple(params),
-                          loop.global_size))
+            shape = program.shape(loop.global_size)
+            if shape is not None:
+                steps.append((int(function) if native else function, *shape, tuple(slots), tuple(params),
+                              loop.global_size))
         return tuple(steps)
 
     def run_steps(self, steps: tuple, pointers: list[int], params: list[int], wait_events: list[Event]) -> Event:
