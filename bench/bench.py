@@ -4,8 +4,8 @@ Run ``python bench/bench.py`` (``make bench``); ``--markdown`` prints the table 
 Every case is warmed up first (kernels compiled and cached, schedule cached), then timed as
 the median of several runs; the sync point is ``torch.zyx.synchronize()`` after the call for zyx
 (the result realized on the device, every kernel finished, as ``torch.cuda.synchronize()`` in GPU
-benchmarks), and the eager result itself for CPU torch. Results are checked against CPU torch
-once before timing.
+benchmarks), and the eager result itself for CPU torch; the ".cpu()" cases also read the result
+back into a CPU tensor. Results are checked against CPU torch once before timing.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def bench_dispatch_floor(n_ops: int = 2000) -> float:
 
 # (name, fn, args, target: minimum speedup of zyx over CPU torch)
 def cases():
-    big = torch.randn(4 * 1024 * 1024)
+    big, other = torch.randn(4 * 1024 * 1024), torch.randn(4 * 1024 * 1024)
     rows = torch.randn(1024, 4096)
     w, b = torch.randn(4096), torch.randn(4096)
     a, m = torch.randn(1024, 1024), torch.randn(1024, 1024)
@@ -131,6 +131,11 @@ def cases():
         ("softmax 1024x4096", lambda x: torch.softmax(x, -1), [rows], 1.0),
         ("layer_norm 1024x4096", lambda x, w, b: F.layer_norm(x, (4096,), w, b), [rows, w, b], 1.0),
         ("matmul 1024x1024", lambda x, y: x @ y, [a, m], 0.3),
+        # What users time: the result read back with .cpu() (a no-op for CPU torch's result).
+        ("gelu chain 4M f32, .cpu()", lambda x, y: (F.gelu(x * 1.5 + y) * torch.sigmoid(y) - x).cpu(),
+         [big, other], 1.0),
+        ("softmax 1024x4096, .cpu()", lambda x: torch.softmax(x, -1).cpu(), [rows], 1.0),
+        ("layer_norm 1024x4096, .cpu()", lambda x: F.layer_norm(x, (4096,)).cpu(), [rows], 1.0),
     ]
 
 

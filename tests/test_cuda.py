@@ -171,8 +171,8 @@ def _collect(monkeypatch, options) -> list[Realization]:
     torch_zyx.synchronize()
     case = {"name": ""}
 
-    def realize_and_render(roots, device):
-        outputs = original(roots, device)
+    def realize_and_render(roots, device, into=None):
+        outputs = original(roots, device, into)
         if all(r.op == "BUFFER" for r in roots):
             return outputs
         device.synchronize()
@@ -493,7 +493,7 @@ def _emulate(library, realization: Realization, block: int = 32, max_grid: int =
 
 
 def _as_torch(data: np.ndarray, dtype) -> torch.Tensor:
-    from torch_zyx.record.tensor import ZYX_TO_TORCH
+    from torch_zyx.record.transfer import ZYX_TO_TORCH
 
     return torch.frombuffer(bytearray(data.tobytes()), dtype=torch.uint8).view(ZYX_TO_TORCH[dtype]).clone()
 

@@ -22,7 +22,7 @@ import torch  # noqa: F401  (imported before the modules below: see _autoload)
 from .counters import counters, reset_counters
 from .integration.device_module import synchronize
 from .integration.registration import register as _register
-from .record.tensor import supports_dtype
+from .record.transfer import supports_dtype
 
 __all__ = ["counters", "reset_counters", "supports_dtype", "synchronize"]
 

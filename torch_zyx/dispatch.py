@@ -27,7 +27,8 @@ from .counters import bump
 from .ops import registry
 from .record import overlap, random
 from .record.pending import defer_error, reraise_deferred
-from .record.tensor import ZyxTensor, from_cpu, read, set_dispatcher, to_cpu, wrap, write
+from .record.tensor import ZyxTensor, read, set_dispatcher, wrap, write
+from .record.transfer import from_cpu, to_cpu
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten

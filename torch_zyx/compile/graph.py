@@ -43,7 +43,8 @@ from ..memory.host import HostBuffer
 from ..record import random
 from ..record.checks import IndexCheck, add_checks
 from ..record.pending import TracingRealization, tracing
-from ..record.tensor import ZYX_TO_TORCH, Storage, ZyxTensor, meta, zdtype
+from ..record.tensor import Storage, ZyxTensor, meta
+from ..record.transfer import ZYX_TO_TORCH, zdtype
 
 log = logging.getLogger("torch_zyx")
 

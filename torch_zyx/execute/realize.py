@@ -124,8 +124,13 @@ def _launch_debugged(program, loop, args: list, params: list, wait: list, debug:
     return event
 
 
-def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
-    """Buffers holding the values of ``roots`` (flat nodes), computing what is needed."""
+def realize(roots: list[Node], device: DeviceContext, outputs: dict | None = None) -> list[Buffer]:
+    """Buffers holding the values of ``roots`` (flat nodes), computing what is needed.
+
+    ``outputs``: root position → memory the caller owns (an ``ExternalBuffer`` of the root's
+    dtype and size) that the plan writes the root's value into instead of a temporary, where a
+    kernel of the plan computes that value and no other root shares it (else a temporary as
+    usual: the caller compares what is returned)."""
     for root in roots:
         if root.op != "BUFFER":
             break
@@ -144,13 +149,27 @@ def realize(roots: list[Node], device: DeviceContext) -> list[Buffer]:
     else:
         bump("schedule_cache_hits")
     # This realization's buffers, in the order the plan's indices expect (see Plan).
-    buffers = sig.buffers + [Buffer(device, dtype, numel) for dtype, numel in plan.temps]
+    own = _own_outputs(plan, outputs, len(sig.buffers)) if outputs else {}
+    buffers = sig.buffers + [own.get(j) or Buffer(device, dtype, numel) for j, (dtype, numel)
+                             in enumerate(plan.temps)]
     if plan.temp_bytes:
-        bump("bytes_allocated", plan.temp_bytes)
+        bump("bytes_allocated", plan.temp_bytes - sum(b.nbytes for b in own.values()))
     for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values):
         buffers.append(device.constant(dtype, values))
     launch_plan(plan, device, buffers, sig.random_args)
     return [buffers[i] for i in plan.root_slots]
+
+
+def _own_outputs(plan: Plan, outputs: dict, n_inputs: int) -> dict:
+    """Temporary index → the caller's buffer standing in for it (see ``realize``)."""
+    own = {}
+    for position, buffer in outputs.items():
+        slot = plan.root_slots[position]
+        temp = slot - n_inputs
+        if temp < 0 or plan.root_slots.count(slot) > 1 or plan.temps[temp] != (buffer.dtype, buffer.numel):
+            continue
+        own[temp] = buffer
+    return own
 
 
 def build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:

@@ -61,6 +61,12 @@ class HostPool(CachingPool):
         ctypes.memmove(buffer.ptr, src_ptr, nbytes)
         return completed()
 
+    @staticmethod
+    def wrap(ptr: int, nbytes: int, owner) -> HostBuffer:
+        """Host memory that ``owner`` holds (a CPU tensor's) as this pool's buffer object, for a
+        kernel to read or write in place. Only pools of host memory have it."""
+        return HostBuffer.wrap(ptr, nbytes, owner)
+
     def constant(self, data: bytes) -> HostBuffer:
         """A buffer holding ``data``, not from the cache nor counted (buffer.ConstantBuffer)."""
         buffer = HostBuffer(len(data))

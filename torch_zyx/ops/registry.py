@@ -9,7 +9,8 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from ..record.tensor import TORCH_TO_ZYX, ZYX_TO_TORCH, ZyxTensor, meta, read, wrap, zdtype
+from ..record.tensor import ZyxTensor, meta, read, wrap
+from ..record.transfer import TORCH_TO_ZYX, ZYX_TO_TORCH, zdtype
 
 aten = torch.ops.aten
 

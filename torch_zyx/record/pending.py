@@ -139,6 +139,17 @@ def realize_all(device=None) -> None:
         _realize_all(device)
 
 
+def realize_into(storage: Storage, buffer) -> bool:
+    """``realize_all(storage.device)``, with ``storage``'s value written into ``buffer`` (memory
+    the caller owns: transfer.py's read-back into a CPU tensor) instead of a pool buffer, where
+    the plan allows (the value is computed by a kernel and is no other storage's). Then the
+    storage keeps its lazy value and True is returned; else it holds a pool buffer as usual."""
+    if _tracing[0]:
+        raise TracingRealization("zyx: a value was needed while a compiled graph was traced")
+    with _realizing:
+        return _realize_all(storage.device, (storage, buffer))
+
+
 def realize_over_limit() -> None:
     """The pending graph grew past ``ZYX_MAX_PENDING`` nodes: realize it, except while a graph is
     traced (a compiled graph becomes one plan, whatever its size)."""
@@ -178,7 +189,7 @@ def tracing(traced_checks: list):
             g.PendingCounter.count = 0
 
 
-def _realize_all(device) -> None:
+def _realize_all(device, into: tuple | None = None) -> bool:
     if deferred_errors:
         raise_deferred()
     g.PendingCounter.count = 0
@@ -196,7 +207,7 @@ def _realize_all(device) -> None:
         checks_of.setdefault(check.device.index, []).append(check)
         by_device.setdefault(check.device.index, [])
     if not by_device:
-        return
+        return False
     realize = _realize[0]
     if realize is None:
         from ..execute.realize import realize  # (the executor is loaded on first use)
@@ -204,6 +215,8 @@ def _realize_all(device) -> None:
         _realize[0] = realize
     devices = []
     found = []  # (check, the buffer of its first bad position)
+    into_buffer = None if into is None else into[1]
+    direct = False
     try:
         for index, group in by_device.items():
             checks = checks_of.get(index, ())
@@ -212,8 +225,14 @@ def _realize_all(device) -> None:
             # A storage filled whole by one node is realized from that node (the kernelizer
             # stores a root contiguous in any shape): no flat RESHAPE node to build and free.
             roots = [s._shaped or s._value for s in group] + [check.first for check in checks]
-            buffers = realize(roots, context)
+            outputs = None
+            if into is not None and into[0] in group:
+                outputs = {group.index(into[0]): into[1]}
+            buffers = realize(roots, context, outputs)
             for storage, root, buffer in zip(group, roots, buffers):
+                if buffer is into_buffer:
+                    direct = True  # (its value stays lazy: a later realization computes it again)
+                    continue
                 if (storage._shaped or storage._value) is not root:
                     # Written by another thread while this realization ran (its optimizer step
                     # on a parameter taken here): the new value, built on the old one, stays.
@@ -238,6 +257,7 @@ def _realize_all(device) -> None:
             context.settle()
     if found:
         _raise_failed_check(found)
+    return direct
 
 
 def _raise_failed_check(found: list) -> None:

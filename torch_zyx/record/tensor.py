@@ -10,48 +10,24 @@ replaces the value by "old value with this view's region overwritten".
 from __future__ import annotations
 
 import copy
-import ctypes
 import math
 import weakref
 
 import torch
 
-from .. import dtypes
 from ..config import CONFIG
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from .checks import pending_checks
 from .pending import (
-    deferred_errors,
     is_lazy,
     list_pending,
     pending_list,
-    raise_deferred,
     realize_all,
     realize_over_limit,
     sweep_pending,
     sweep_threshold,
 )
-
-TORCH_TO_ZYX = {
-    torch.float16: dtypes.float16, torch.bfloat16: dtypes.bfloat16, torch.float32: dtypes.float32,
-    torch.float64: dtypes.float64, torch.int8: dtypes.int8, torch.int16: dtypes.int16,
-    torch.int32: dtypes.int32, torch.int64: dtypes.int64, torch.uint8: dtypes.uint8, torch.bool: dtypes.bool_,
-}
-ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
-
-
-
-def supports_dtype(dtype: torch.dtype) -> bool:
-    """Whether zyx computes ``dtype`` natively (as zyx's ``supports_dtype``)."""
-    return dtype in TORCH_TO_ZYX
-
-
-def zdtype(dtype: torch.dtype) -> dtypes.DType:
-    try:
-        return TORCH_TO_ZYX[dtype]
-    except KeyError:
-        raise TypeError(f"zyx does not support dtype {dtype}") from None
+from .transfer import ZYX_TO_TORCH, from_cpu, host_view, storage_to_cpu, to_cpu
 
 
 class Storage:
@@ -265,13 +241,6 @@ def set_dispatcher(fn) -> None:
     ZyxTensor.__torch_dispatch__ = classmethod(fn)
 
 
-def host_view(storage: torch.UntypedStorage, dtype: torch.dtype) -> torch.Tensor:
-    """A CPU tensor of ``dtype`` over the bytes of a zyx storage (its host memory, no copy)."""
-    nbytes = storage.nbytes()
-    if nbytes == 0:
-        return torch.empty(0, dtype=dtype)
-    array = (ctypes.c_uint8 * nbytes).from_address(storage.data_ptr())
-    return torch.frombuffer(array, dtype=torch.uint8).view(dtype)
 
 
 def _target_of(origin: str):
@@ -503,127 +472,3 @@ def write(t: ZyxTensor, node: Node) -> None:
         storage.value = g.setview(storage.value, node, shape, strides, offset)
     if g.PendingCounter.count > CONFIG.max_pending:
         realize_over_limit()
-
-
-def _realized(storage: Storage):
-    """``storage``'s buffer for a read (realizes it; raises the errors found so far)."""
-    if deferred_errors:
-        raise_deferred()
-    if pending_checks():
-        # Values a compiled graph's call computed are buffers already, with its index checks
-        # still pending (compile/graph.py): a read raises what they found, as in eager mode.
-        realize_all(storage.device)
-    return storage.realize()
-
-
-def storage_to_cpu(storage: Storage) -> torch.Tensor:
-    """A CPU copy of ``storage``'s whole contents, flat in its dtype (realizes it)."""
-    buffer = _realized(storage)
-    device = storage.device
-    flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])
-    if storage.numel:
-        device.pool.pool_to_host(buffer.raw, flat.data_ptr(), buffer.nbytes, device.events.take([buffer.id]))
-    return flat
-
-
-def to_cpu(t: ZyxTensor) -> torch.Tensor:
-    """A CPU copy of ``t`` (realizes its storage)."""
-    storage = t._storage
-    flat = storage_to_cpu(storage)
-    if t.storage_offset() == 0 and t.numel() == storage.numel and t.is_contiguous():
-        return flat.view(tuple(t.shape))  # the copy above is already private to the caller
-    return flat.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset()).clone()
-
-
-def from_cpu(src: torch.Tensor, device) -> Node:
-    """A BUFFER node holding a copy of the CPU tensor ``src``."""
-    from ..memory.buffer import Buffer
-
-    if src.is_meta:
-        # CPU torch's error: a meta tensor has no data (reading its data pointer crashed).
-        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
-    if src.device.type != "cpu":
-        direct = _from_torch_device(src, device)
-        if direct is not None:
-            return direct
-        src = src.cpu()  # another device's memory: through the host
-    src = src.detach().contiguous()
-    dtype = zdtype(src.dtype)
-    buffer = Buffer(device, dtype, src.numel())
-    if src.numel():
-        buffer.write_from_host(src.data_ptr(), src)
-    return g.reshape(g.buffer(buffer, dtype, src.numel()), tuple(src.shape))
-
-
-# Copies between zyx devices and torch's own devices that stay on the GPU: a pool that can copy
-# device to device (memory/cuda.py: ``pool_to_pool``, ``from_device``, ``to_device``) does, with
-# the events of both sides (ASYNC EVENT RULES; torch's current stream waits or is waited on);
-# any other pair goes through the host.
-
-
-def _as_view(flat: Node, t: torch.Tensor) -> Node:
-    """``t``'s elements of the flat copy ``flat`` of its storage."""
-    shape = tuple(t.shape)
-    if t.storage_offset() == 0 and t.numel() == flat.shape[0] and t.is_contiguous():
-        return g.reshape(flat, shape)
-    return g.strided(flat, shape, tuple(t.stride()), t.storage_offset())
-
-
-def _from_torch_device(src: torch.Tensor, device) -> Node | None:
-    """A BUFFER node holding a copy of ``src``, a torch ``cuda`` tensor, copied device to
-    device into ``device``'s pool when it can (else None: through the host)."""
-    from ..memory.buffer import Buffer
-
-    pool = device.pool
-    if src.device.type != "cuda" or not hasattr(pool, "from_device"):
-        return None
-    src = src.detach().contiguous()
-    dtype = zdtype(src.dtype)
-    buffer = Buffer(device, dtype, src.numel())
-    if src.numel():
-        index = src.device.index if src.device.index is not None else torch.cuda.current_device()
-        stream = torch.cuda.current_stream(index).cuda_stream
-        event = pool.from_device(src.data_ptr(), index, buffer.nbytes, src, buffer.raw, [], stream)
-        device.events.record([buffer.id], event)
-    return g.reshape(g.buffer(buffer, dtype, src.numel()), tuple(src.shape))
-
-
-def to_torch_device(t: ZyxTensor, device: torch.device) -> torch.Tensor:
-    """A copy of ``t`` on torch's own ``device`` (``cuda``): device to device from a zyx CUDA
-    device (torch's current stream there waits for the copy), else through the host."""
-    storage = t._storage
-    zyx_device = storage.device
-    if device.type != "cuda" or not hasattr(zyx_device.pool, "to_device"):
-        return to_cpu(t).to(device)
-    buffer = _realized(storage)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype], device=torch.device("cuda", index))
-    if storage.numel:
-        stream = torch.cuda.current_stream(index).cuda_stream
-        event = zyx_device.pool.to_device(buffer.raw, flat.data_ptr(), index, buffer.nbytes,
-                                          zyx_device.events.take([buffer.id]), stream)
-        zyx_device.events.record([buffer.id], event)
-    if t.storage_offset() == 0 and t.numel() == storage.numel and t.is_contiguous():
-        return flat.view(tuple(t.shape))
-    return flat.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset()).clone()
-
-
-def from_other_device(src: ZyxTensor, device) -> Node:
-    """The values of ``src``, a tensor of another zyx device, copied to ``device``: device to
-    device when both pools are of one kind that can (two CUDA GPUs), else through the host."""
-    from ..memory.buffer import Buffer
-
-    storage = src._storage
-    source = storage.device
-    pool = device.pool
-    if not hasattr(pool, "pool_to_pool") or type(source.pool) is not type(pool):
-        return from_cpu(to_cpu(src), device)
-    buffer = _realized(storage)
-    copy = Buffer(device, storage.dtype, storage.numel)
-    if storage.numel:
-        wait = source.events.take([buffer.id])
-        event = pool.pool_to_pool(buffer.raw, source.pool, buffer.nbytes, copy.raw, wait)
-        # The source's pool must not hand the buffer out before the copy (another stream) read it.
-        source.events.record([buffer.id], event)
-        device.events.record([copy.id], event)
-    return _as_view(g.buffer(copy, storage.dtype, storage.numel), src)

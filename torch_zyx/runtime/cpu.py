@@ -119,6 +119,13 @@ exit:
 # Below this many scalar operations a launch runs on the calling thread: waking the pool costs more.
 _SERIAL_WORK = 1 << 15
 _LLVM_VERSION = ".".join(map(str, llvm.llvm_version_info))
+
+# Absolute addresses, 64-bit: MCJIT maps an object's code and constants separately, and in a long
+# process with large allocations in between they came out more than 2 GiB apart, where the
+# default model's 32-bit offsets cannot reach ("RuntimeDyldELF ... Assertion `isInt<32>(RealOffset)'
+# failed": the process aborted, in the test suite after ~1,900 tests). Constant addresses are then
+# loaded whole, outside the loops.
+_CODE_MODEL = ("static", "large")
 # The smallest chunk of a parallel launch, in scalar operations (about 10-20 us of work).
 _GRAIN_WORK = 1 << 16
 # On a team of more than _SMALL_TEAM threads a launch takes no more workers than it has pairs
@@ -279,10 +286,11 @@ class CPUDevice:
 
     @staticmethod
     def new_target_machine():
-        """An LLVM target machine for the host CPU (O3, position-independent code)."""
+        """An LLVM target machine for the host CPU (O3, ``_CODE_MODEL``)."""
+        reloc, code_model = _CODE_MODEL
         return llvm.Target.from_default_triple().create_target_machine(
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3,
-            reloc="pic", codemodel="default")
+            reloc=reloc, codemodel=code_model)
 
     @staticmethod
     def _preferred_vector_bits() -> int:
@@ -409,7 +417,8 @@ class CPUDevice:
         source = self._module_source(name, source)
         # Keyed by everything the machine code depends on: the target, LLVM, torch_zyx and the
         # module's source.
-        key = f"{self.triple}\x00{llvm.get_host_cpu_name()}\x00{_LLVM_VERSION}\x00{PACKAGE_VERSION}\x00{source}"
+        key = (f"{self.triple}\x00{llvm.get_host_cpu_name()}\x00{_LLVM_VERSION}\x00{PACKAGE_VERSION}\x00"
+               f"{_CODE_MODEL}\x00{source}")
         cached_object = self._cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.obj"
         with self._lock:
             module = self._parse(name, kernel_source, source)

@@ -6,25 +6,16 @@ which storage a tensor views (resize_, set_, as_strided_) are storage_views.py's
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
 from ... import dtypes
 from ...lazy import graph as g
 from ...record import overlap
-from ...record.tensor import (
-    Storage,
-    ZyxTensor,
-    from_cpu,
-    from_other_device,
-    read,
-    to_cpu,
-    to_torch_device,
-    wrap,
-    write,
-    zdtype,
-)
+from ...record.tensor import Storage, ZyxTensor, read, wrap, write
 from ...record.tensor import meta as meta_of
+from ...record.transfer import from_cpu, from_other_device, to_cpu, to_torch_device, zdtype
 from ..registry import aten, device_of, register
 
 
@@ -185,7 +176,8 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
              memory_format=None):
     dtype = dtype or x.dtype
     if device is not None and torch.device(device).type == "cpu":
-        return to_cpu(x).to(dtype)
+        # (``x``'s reference count tells the read-back whether only the calling expression holds it)
+        return to_cpu(x, sys.getrefcount(x)).to(dtype)
     if device is not None and torch.device(device).type == "cuda":  # torch's own GPU tensors
         return to_torch_device(x, torch.device(device)).to(dtype)
     target = _device(torch.device(device).index) if device is not None else x._storage.device

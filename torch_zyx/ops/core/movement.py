@@ -17,7 +17,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import ZyxTensor, meta, read, restride, wrap, zdtype
+from ...record.tensor import ZyxTensor, meta, read, restride, wrap
+from ...record.transfer import zdtype
 from ..registry import aten, cast, register
 
 VIEW_OPS = [

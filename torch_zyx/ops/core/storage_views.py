@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 
 from ...lazy import graph as g
-from ...record.tensor import Storage, ZyxTensor, read, restride, storage_from_host, wrap, zdtype
+from ...record.tensor import Storage, ZyxTensor, read, restride, storage_from_host, wrap
 from ...record.tensor import meta as meta_of
+from ...record.transfer import zdtype
 from ..registry import aten, register
 from .factory import _contiguous_for
 

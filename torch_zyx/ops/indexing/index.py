@@ -17,7 +17,8 @@ from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.checks import check_index
-from ...record.tensor import ZyxTensor, from_cpu, read, wrap, write, zdtype
+from ...record.tensor import ZyxTensor, read, wrap, write
+from ...record.transfer import from_cpu, zdtype
 from ..math.reduce import check_dim
 from ..registry import aten, dtype_name, operand, register
 

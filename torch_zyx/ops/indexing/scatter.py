@@ -17,7 +17,8 @@ from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.checks import check_index
-from ...record.tensor import read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import zdtype
 from ..math.elementwise import floor_div
 from ..registry import aten, broadcast_shape, dtype_name, register
 from .index import (

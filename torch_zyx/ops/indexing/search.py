@@ -18,7 +18,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import ZyxTensor, read, wrap, zdtype
+from ...record.tensor import ZyxTensor, read, wrap
+from ...record.transfer import zdtype
 from ..registry import aten, register, result_dtype
 from .index import inclusive_count
 

@@ -18,7 +18,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import from_cpu, read, wrap
+from ...record.tensor import read, wrap
+from ...record.transfer import from_cpu
 from ..registry import broadcast, broadcast_shape
 from .matmul import matmul_nodes
 

@@ -19,7 +19,8 @@ import math
 import torch
 
 from ...lazy import graph as g
-from ...record.tensor import from_cpu, read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import from_cpu, zdtype
 from ..expr import Ex, where
 from ..registry import PROMOTE_INT_TO_FLOAT, aten, broadcast, operand, register, result_dtype
 from .special import _opmath

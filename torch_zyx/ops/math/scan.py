@@ -14,7 +14,8 @@ from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.pending import unsupported
-from ...record.tensor import read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import zdtype
 from ..registry import aten, dtype_name, register
 from .reduce import _accumulate_dtype, _sum_dtype, check_dim
 

@@ -20,7 +20,8 @@ from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.pending import unsupported
-from ...record.tensor import read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import zdtype
 from ..registry import PROMOTE_INT_TO_FLOAT, aten, broadcast, dtype_name, operand, register, result_dtype
 
 prims = torch.ops.prims

@@ -18,7 +18,8 @@ from __future__ import annotations
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import read, wrap, write, zdtype
+from ...record.tensor import read, wrap, write
+from ...record.transfer import zdtype
 from ..registry import aten, register
 
 

@@ -14,7 +14,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import ZyxTensor, from_cpu, read, wrap, zdtype
+from ...record.tensor import ZyxTensor, read, wrap
+from ...record.transfer import from_cpu, zdtype
 from ..registry import aten, register
 
 _NEG_INF = float("-inf")

@@ -15,7 +15,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import zdtype
 from ..registry import aten, register
 
 

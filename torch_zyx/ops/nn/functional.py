@@ -15,7 +15,8 @@ from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.checks import check_index
 from ...record.pending import unsupported
-from ...record.tensor import read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import zdtype
 from ..registry import aten, dtype_name, register
 
 

@@ -13,7 +13,8 @@ from ...lazy import graph as g
 from ...lazy.composite import norm_shapes
 from ...lazy.graph import Node
 from ...record.pending import reraise_deferred, unsupported
-from ...record.tensor import ZyxTensor, read, wrap, zdtype
+from ...record.tensor import ZyxTensor, read, wrap
+from ...record.transfer import zdtype
 from ..registry import aten, dtype_name, register
 from .functional import _acc_dtype, _bcast
 

@@ -16,7 +16,8 @@ import math
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import zdtype
 from ..math.scan import lowest
 from ..registry import aten, register
 from .conv import accumulate, ntuple, unwindow, windows

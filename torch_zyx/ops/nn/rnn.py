@@ -26,7 +26,8 @@ import torch
 
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import from_cpu, read, wrap
+from ...record.tensor import read, wrap
+from ...record.transfer import from_cpu
 from ..core.movement import concat_nodes
 from ..indexing.index import index_take
 from ..math.elementwise import add, mul, sigmoid, sub, tanh

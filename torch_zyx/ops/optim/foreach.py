@@ -25,17 +25,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...record.pending import reraise_deferred
-from ...record.tensor import (
-    ZYX_TO_TORCH,
-    ZyxTensor,
-    assign_whole,
-    from_cpu,
-    meta,
-    read,
-    wrap,
-    wrap_like,
-    write,
-)
+from ...record.tensor import ZyxTensor, assign_whole, meta, read, wrap, wrap_like, write
+from ...record.transfer import ZYX_TO_TORCH, from_cpu
 from ..fastpath import whole_node
 from ..math.elementwise import addc_by_tensor, lerp_scalar_weight
 from ..registry import LOWERINGS, aten, dtype_name, register

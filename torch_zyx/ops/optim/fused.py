@@ -21,7 +21,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import ZYX_TO_TORCH, ZyxTensor, read, write
+from ...record.tensor import ZyxTensor, read, write
+from ...record.transfer import ZYX_TO_TORCH
 from ..expr import Ex
 from ..math.elementwise import lerp_scalar_weight
 from ..nn.functional import _acc_dtype

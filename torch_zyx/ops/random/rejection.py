@@ -24,7 +24,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import zdtype
 from ..expr import Ex, where
 from ..registry import aten, register
 from .sampling import normal_node, uniform_node

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ... import dtypes
 from ...lazy import graph as g
-from ...record.tensor import read, wrap, zdtype
+from ...record.tensor import read, wrap
+from ...record.transfer import zdtype
 from ..expr import Ex, where
 from ..math.special import digamma
 from ..nn.functional import _acc_dtype

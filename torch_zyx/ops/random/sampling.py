@@ -15,7 +15,8 @@ from ... import dtypes
 from ...lazy import graph as g
 from ...record import overlap, random
 from ...record.checks import check_never
-from ...record.tensor import read, wrap, write, zdtype
+from ...record.tensor import read, wrap, write
+from ...record.transfer import zdtype
 from ..core.factory import empty_like
 from ..registry import aten, operands, register
 
