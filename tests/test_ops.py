@@ -274,11 +274,31 @@ def test_reduce_dims(name):
                     continue
                 check(fn, x)
                 continue
-            if dim == () and name in ("logsumexp", "prod", "any", "all"):
+            if dim == () and name in ("logsumexp", "prod"):
                 continue
             if isinstance(dim, tuple) and name in ("prod",):
                 continue
             check(lambda t, dim=dim, keepdim=keepdim: fn(t, dim, keepdim=keepdim), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32])
+def test_integer_reductions_wrap_in_their_dtype(dtype):
+    # Sums and products kept in a narrow integer dtype wrap around as CPU torch's (uint8 sums
+    # computed a bitwise or).
+    x = torch.tensor([[255, 2, 1, 200], [5, 3, 6, 100], [7, 250, 9, 1]]).to(dtype)
+    for fn in (lambda t: t.sum(0, dtype=dtype), lambda t: t.sum(1, dtype=dtype), lambda t: t.prod(0, dtype=dtype),
+               lambda t: t.nansum(0, dtype=dtype), lambda t: t.cumsum(0, dtype=dtype),
+               lambda t: t.sum(dtype=dtype)):
+        check(fn, x)
+
+
+def test_integer_comparisons_with_float_scalars():
+    # (nan and infinities raised converting the scalar to the tensor's dtype)
+    x = torch.tensor([-3, 0, 1, 2, 3])
+    for value in (float("nan"), float("inf"), -float("inf"), 2.5, -0.5, 1e30):
+        for op in ("eq", "ne", "lt", "le", "gt", "ge"):
+            check(lambda t, op=op, value=value: getattr(t, op)(value), x)
+            check(lambda t, op=op, value=value: getattr(t, op)(value), x.to(torch.uint8).clamp(0))
 
 
 @pytest.mark.parametrize("dtype", ALL)
@@ -751,6 +771,18 @@ ARGUMENT_ERROR_CASES = {
     "integer floor_divide by 0": lambda a, i: i // 0,
     "integer remainder by 0": lambda a, i: torch.remainder(i, 0),
     "integer fmod by 0-d CPU 0": lambda a, i: torch.fmod(i, torch.tensor(0)),
+    # Dimensions out of range raise ATen's IndexError (they wrapped: flip(2) of a 2-D flipped dim 0).
+    "flip dim out of range": lambda a, i: a.flip(2),
+    "flip negative dim out of range": lambda a, i: a.flip(-3),
+    "flip dim twice": lambda a, i: a.flip(0, 1, 1),
+    "softmax dim out of range": lambda a, i: a.softmax(2),
+    "log_softmax dim out of range": lambda a, i: a.log_softmax(-3),
+    "softmax of integers dim out of range": lambda a, i: i.softmax(2),
+    "argmax dim out of range": lambda a, i: a.argmax(dim=2),
+    "argmin dim out of range": lambda a, i: a.argmin(-3),
+    "gather dim out of range": lambda a, i: a.gather(2, i % 3),
+    "index_select dim out of range": lambda a, i: a.index_select(2, i[0, :1]),
+    "stack dim out of range": lambda a, i: torch.stack([a, a], 3),
 }
 
 

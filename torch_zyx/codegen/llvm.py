@@ -59,9 +59,9 @@ BINARY_FORMAT = {
 }
 # Reduction updates: like the binary op but free to reassociate (vectorizable).
 REDUCE_FORMAT = {
-    "rsum": {"f": "fadd reassoc nsz contract {t} {a}, {b}", "i": "add {t} {a}, {b}", "u": "or {t} {a}, {b}"},
+    "rsum": {"f": "fadd reassoc nsz contract {t} {a}, {b}", "i": "add {t} {a}, {b}", "u": "add {t} {a}, {b}"},
     "rprod": {"f": "fmul reassoc nsz contract {t} {a}, {b}", "i": "mul {t} {a}, {b}",
-              "u": "and {t} {a}, {b}"},
+              "u": "mul {t} {a}, {b}"},
     "rmax": BINARY_FORMAT["max"],
     "rmin": BINARY_FORMAT["min"],
 }
@@ -244,9 +244,10 @@ class LLVMRenderer:
         if generator is not None:
             return generator(MathBuilder(self, MathType(t)), args[0], args[1])
         table = REDUCE_FORMAT if op.startswith("r") and op in REDUCE_FORMAT else BINARY_FORMAT
-        if src_dtype.kind == "b" and op in ("max", "rmax"):
+        # Bools are i1 in registers: their sum (any) is an or, their product (all) an and.
+        if src_dtype.kind == "b" and op in ("max", "rmax", "rsum"):
             return self.emit(f"or i1 {args[0]}, {args[1]}")
-        if src_dtype.kind == "b" and op in ("min", "rmin"):
+        if src_dtype.kind == "b" and op in ("min", "rmin", "rprod"):
             return self.emit(f"and i1 {args[0]}, {args[1]}")
         fmt = table[op][kind]
         suffix = FLOAT_SUFFIX.get(t, t)

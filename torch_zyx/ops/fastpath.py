@@ -77,17 +77,17 @@ def _fast_binary(name: str, kind, slow, inplace: bool):
             yn = whole_node(y)
             if yn is None or yn.shape != shape or yn.dtype is not dtype:
                 return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
-        elif yc is float or yc is int or yc is bool:
-            yn = _scalars.get((y, dtype, shape)) if y else None  # (zeros: graph.const keys their sign)
-            if yn is None:
-                yn = g.const(y, dtype, shape)
-        else:
+        elif yc is not float and yc is not int and yc is not bool:
             return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
         plan = plans.get((dtype, yc))
         if plan is None:
             plan = plans[(dtype, yc)] = fast_plan((x, y), kind, floats_only)
         if not plan or (alpha != 1 and (swap or dtype.kind != "f" or alpha.__class__ not in (int, float))):
             return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
+        if yc is not ZyxTensor:  # (after the plan: a float scalar need not fit x's dtype, e.g. nan)
+            yn = _scalars.get((y, dtype, shape)) if y else None  # (zeros: graph.const keys their sign)
+            if yn is None:
+                yn = g.const(y, dtype, shape)
         if alpha != 1:
             yn = _binary_node("mul", yn, g.const(alpha, dtype, shape), dtype)
         node = _binary_node(op, yn, xn, plan) if swap else _binary_node(op, xn, yn, plan)

@@ -95,6 +95,16 @@ def register(*ops) -> Callable:
     return wrapper
 
 
+def wrap_dim(dim: int, ndim: int) -> int:
+    """``dim`` wrapped into [0, ndim), raising ATen's IndexError when out of range (maybe_wrap_dim:
+    a 0-d tensor takes -1 and 0)."""
+    bound = max(ndim, 1)
+    if not -bound <= dim < bound:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-bound}, {bound - 1}], "
+                         f"but got {dim})")
+    return dim % bound
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """``dtype`` as ATen names it in its error messages ("Float", "Long", ...)."""
     return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",

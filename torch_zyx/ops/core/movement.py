@@ -19,7 +19,7 @@ from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.tensor import ZyxTensor, meta, read, restride, wrap
 from ...record.transfer import zdtype
-from ..registry import aten, cast, register
+from ..registry import aten, cast, register, wrap_dim
 
 VIEW_OPS = [
     aten.view.default, aten._unsafe_view.default, aten.t.default, aten.transpose.int, aten.permute.default,
@@ -369,13 +369,17 @@ def stack(tensors, dim=0):
         if t.shape != tensors[0].shape:
             raise RuntimeError("stack expects each tensor to be equal size, but got "
                                f"{list(tensors[0].shape)} at entry 0 and {list(t.shape)} at entry {i}")
-    dim = dim % (tensors[0].dim() + 1)
+    dim = wrap_dim(dim, tensors[0].dim() + 1)
     return cat([t.unsqueeze(dim) for t in tensors], dim)
 
 
 @register(aten.flip.default)
 def flip(x, dims):
-    dims = [d % x.dim() for d in dims] if x.dim() else []
+    wrapped = [wrap_dim(d, x.dim()) for d in dims]
+    for i, d in enumerate(wrapped):
+        if d in wrapped[:i]:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+    dims = wrapped if x.dim() else []
     return wrap(g.flip(read(x), tuple(dims)), x._storage.device)
 
 

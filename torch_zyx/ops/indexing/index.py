@@ -20,7 +20,7 @@ from ...record.checks import check_index
 from ...record.tensor import ZyxTensor, read, wrap, write
 from ...record.transfer import from_cpu, zdtype
 from ..math.reduce import check_dim
-from ..registry import aten, dtype_name, operand, register
+from ..registry import aten, dtype_name, operand, register, wrap_dim
 
 
 def _wrap_negative(index: Node, n: int) -> Node:
@@ -61,7 +61,7 @@ def index_select(x, dim, index):
     node = read(x)
     if not node.shape:
         node = g.reshape(node, (1,))
-    dim = dim % max(x.dim(), 1)
+    dim = wrap_dim(dim, x.dim())
     idx = g.cast(g.reshape(read(index), (index.numel(),)), dtypes.int64)
     if dim == 1 and x.dim() > 1:  # (ATen's kernel for dim 1 has an error of its own)
         check_index(idx, 0, node.shape[dim], x._storage.device, RuntimeError,
@@ -206,13 +206,13 @@ def _gather_node(x: Node, dim: int, index: Node) -> Node:
 
 @register(aten.gather.default)
 def gather(x, dim, index, sparse_grad=False):
+    d = wrap_dim(dim, x.dim())  # (first, as ATen's meta function)
     if index.dtype not in (torch.int64, torch.int32) and index.numel():
         raise RuntimeError("gather(): Expected dtype int32/int64 for index")
     if index.numel() == 0:  # ATen returns the empty result before checking ranks
         return wrap(g.const(0, zdtype(x.dtype), tuple(index.shape)), x._storage.device)
     if index.dim() != x.dim() and x.dim() and index.dim():
         raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
-    d = dim % max(x.dim(), 1)
     for i in range(index.dim()):
         if i != d and x.dim() and index.shape[i] > x.shape[i]:
             raise RuntimeError(f"Size does not match at dimension {i} expected index {list(index.shape)} "
@@ -228,8 +228,7 @@ def gather(x, dim, index, sparse_grad=False):
         return wrap(g.reshape(out, tuple(index.shape)), x._storage.device)
     if index.numel() == 0:
         return wrap(g.const(0, node.dtype, tuple(index.shape)), x._storage.device)
-    dim = dim % x.dim()
-    return wrap(_gather_node(node, dim, idx), x._storage.device)
+    return wrap(_gather_node(node, d, idx), x._storage.device)
 
 
 _HALVES = (dtypes.float16, dtypes.bfloat16)

@@ -15,16 +15,12 @@ from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.tensor import read, wrap
 from ...record.transfer import zdtype
-from ..registry import aten, register
+from ..registry import aten, register, wrap_dim
 
 
 def check_dim(x, dim: int) -> int:
     """``dim`` normalized for ``x`` (a 0-d tensor accepts 0 and -1), IndexError like ATen."""
-    nd = max(x.dim(), 1)
-    if not -nd <= dim < nd:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
-                         f"but got {dim})")
-    return dim % nd
+    return wrap_dim(dim, x.dim())
 
 
 def norm_dims(x, dim) -> tuple[int, ...]:
@@ -232,7 +228,7 @@ def _arg(op: str, x, dim, keepdim):
         node = g.reshape(node, (node.numel,))
         d = 0
     else:
-        d = dim % max(x.dim(), 1)
+        d = wrap_dim(dim, x.dim())
         if not node.shape:
             return wrap(g.const(0, dtypes.int64, ()), x._storage.device)
     if node.numel == 0:
@@ -320,9 +316,10 @@ def logsumexp(x, dim, keepdim=False):
 
 
 def _any_all(op: str, x, dim, keepdim):
-    dims = norm_dims(x, dim)
+    # An empty list of dims reduces nothing here (CPU torch's all/any.dims), unlike sum's.
+    dims = () if isinstance(dim, (list, tuple)) and not dim else norm_dims(x, dim)
     node = g.cast(read(x), dtypes.bool_)
-    if not node.shape:
+    if not node.shape or not dims:
         out = node
     elif node.numel == 0:
         shape = tuple(1 if i in dims else s for i, s in enumerate(node.shape))

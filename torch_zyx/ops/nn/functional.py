@@ -17,7 +17,7 @@ from ...record.checks import check_index
 from ...record.pending import unsupported
 from ...record.tensor import read, wrap
 from ...record.transfer import zdtype
-from ..registry import aten, dtype_name, register
+from ..registry import aten, dtype_name, register, wrap_dim
 
 
 def _acc_dtype(dtype: dtypes.DType) -> dtypes.DType:
@@ -37,6 +37,7 @@ def softmax_node(x: Node, dim: int, log: bool) -> Node:
 
 
 def _softmax(x, dim, half_to_float, log):
+    dim = wrap_dim(dim, x.dim())  # (checked first, as ATen's meta function does)
     if not x.dtype.is_floating_point:  # (CPU torch's kernel names: its last-dim kernel or the general one)
         rank = max(x.dim(), 1)
         kernel = ("log_" if log else "") + ("softmax_lastdim_kernel_impl" if dim % rank == rank - 1
@@ -45,7 +46,6 @@ def _softmax(x, dim, half_to_float, log):
     node = read(x)
     out_dtype = dtypes.float32 if half_to_float else node.dtype
     node = g.cast(node, _acc_dtype(node.dtype))
-    dim = dim % max(x.dim(), 1)
     if node.numel == 0:
         return wrap(g.cast(node, out_dtype), x._storage.device)
     return wrap(g.cast(softmax_node(node, dim, log), out_dtype), x._storage.device)
@@ -69,7 +69,7 @@ def safe_softmax(x, dim, dtype=None):
     out_dtype = zdtype(dtype) if dtype is not None else node.dtype
     if not node.shape or not out_dtype.is_float:
         raise NotImplementedError  # (0-d, or an error to raise: the decomposition's)
-    dim = dim % x.dim()
+    dim = wrap_dim(dim, x.dim())
     device = x._storage.device
     # As torch.softmax(x, dim, dtype): the input cast to ``dtype`` first.
     source = g.cast(g.cast(node, out_dtype), _acc_dtype(out_dtype))
