@@ -292,6 +292,18 @@ def test_integer_reductions_wrap_in_their_dtype(dtype):
         check(fn, x)
 
 
+def test_heaviside_and_narrow_lcm():
+    x = torch.tensor([-2.0, 0.0, 3.0, float("nan"), -0.0, float("inf")])
+    check(torch.heaviside, x, torch.tensor([0.5, 0.25, 7.0, 1.0, 2.0, 3.0]))
+    check(torch.heaviside, x, torch.tensor(0.5))
+    check(torch.heaviside, torch.tensor([-3, 0, 4]), torch.tensor([9, 8, 7]))
+    # 8- and 16-bit lcm is computed in int and truncated after its abs, as ATen's C++ does.
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32):
+        a = torch.tensor([300, -7, 32767, 127, 90, 1000]).to(dtype)
+        b = torch.tensor([250, 3, 2, 126, 75, 999]).to(dtype)
+        check(torch.lcm, a, b)
+
+
 def test_integer_comparisons_with_float_scalars():
     # (nan and infinities raised converting the scalar to the tensor's dtype)
     x = torch.tensor([-3, 0, 1, 2, 3])
@@ -783,6 +795,15 @@ ARGUMENT_ERROR_CASES = {
     "gather dim out of range": lambda a, i: a.gather(2, i % 3),
     "index_select dim out of range": lambda a, i: a.index_select(2, i[0, :1]),
     "stack dim out of range": lambda a, i: torch.stack([a, a], 3),
+    # Dtype checks ATen makes (zyx computed something)
+    "index_put_ values of another dtype": lambda a, i: a.double().index_put_((i[0, :1],), i[0, :1]),
+    "lerp end of another dtype": lambda a, i: torch.lerp(a.double(), a, 0.5),
+    "lerp weight of another dtype": lambda a, i: torch.lerp(a, a, a.double()),
+    "add float alpha on integers": lambda a, i: torch.add(i, i, alpha=1.5),
+    "sub float alpha on integers": lambda a, i: torch.sub(i, 2, alpha=0.5),
+    "addcdiv of integers": lambda a, i: torch.addcdiv(i, i, i + 1),
+    "heaviside of two dtypes": lambda a, i: torch.heaviside(a, i.float().double()),
+    "clamp without bounds": lambda a, i: torch.clamp(a),
 }
 
 

@@ -389,6 +389,9 @@ def index(x, indices):
 
 @register(aten.index_put.default)
 def index_put(x, indices, values, accumulate=False):
+    if isinstance(values, torch.Tensor) and values.dtype != x.dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{dtype_name(x.dtype)} for the destination and {dtype_name(values.dtype)} for the source.")
     indices = _on_device(indices, x._storage.device)
     if isinstance(values, ZyxTensor):
         vnode = g.cast(read(values), zdtype(x.dtype))

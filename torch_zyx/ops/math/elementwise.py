@@ -33,6 +33,7 @@ from ..registry import (
     promoted_pair,
     register,
     result_dtype,
+    type_meta_name,
 )
 
 
@@ -418,6 +419,8 @@ def _make_add(sign_: int, reverse: bool):
             (xn, yn), result, device = promoted((x, y))
         else:
             xn, yn, result, device = pair
+        if isinstance(alpha, float) and not result.is_float:
+            raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
         if alpha != 1:
             yn = mul(yn, g.const(alpha, xn.dtype))
         if xn.dtype is dtypes.bool_:  # computing in bool
@@ -485,6 +488,8 @@ def where_(cond, x, y):
 
 @register(aten.clamp.default, aten.clamp.Tensor)
 def clamp(x, min=None, max=None):
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     _, result = result_dtype(x, min, max)
     out = operand(x, result)
     if min is not None:
@@ -516,6 +521,10 @@ def clamp_max(x, max):
 
 @register(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(start, end, weight):
+    for name, other in (("end", end), ("weight", weight)):
+        if isinstance(other, torch.Tensor) and other.dtype != start.dtype:
+            raise RuntimeError(f"expected dtype {type_meta_name(start.dtype)} for `{name}` but got dtype "
+                               f"{type_meta_name(other.dtype)}")
     compute, result = result_dtype(start, end, weight)
     s, e, w = operand(start, compute), operand(end, compute), operand(weight, compute)
     # PyTorch's formula: weight < 0.5 ? start + w*(end-start) : end - (end-start)*(1-w)
@@ -554,8 +563,28 @@ def addcmul(x, t1, t2, value=1):
     return wrap(g.cast(add(xn, mul(mul(a, bn), g.const(value, xn.dtype))), result), device)
 
 
+_ADDCDIV_INTEGERS = (
+    "Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform a true "
+    "division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input + value * "
+    "torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / tensor2) "
+    "for float inputs. The future addcdiv behavior is just the latter implementation: (input + value * tensor1 / "
+    "tensor2), for all dtypes.")
+
+
+@register(aten.heaviside.default)
+def heaviside(x, values):
+    """0 below zero (and for NaN), 1 above, ``values`` at zero, as ATen's kernel; one dtype only."""
+    if x.dtype != values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+    xn, vn = broadcast(operand(x, x.dtype), operand(values, x.dtype))
+    step = cast(b("lt", c(0, xn), xn), x.dtype)
+    return new(where(b("eq", xn, c(0, xn)), vn, step), _device([x, values]))
+
+
 @register(aten.addcdiv.default)
 def addcdiv(x, t1, t2, value=1):
+    if not t1.dtype.is_floating_point and not t2.dtype.is_floating_point:
+        raise RuntimeError(_ADDCDIV_INTEGERS)
     (xn, a, bn), result, device = promoted((x, t1, t2))
     return wrap(g.cast(add(xn, mul(div(a, bn), g.const(value, xn.dtype))), result), device)
 

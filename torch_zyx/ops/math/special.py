@@ -398,7 +398,13 @@ def _int_binary(name: str, fn, *ops):
 def lcm(a: Node, b: Node) -> Node:
     d = gcd(a, b)
     zero = eq(d, c(0, d))
-    return g.unary("abs", mul(a, g.binary("idiv", b, g.where(zero, c(1, d), d))))
+    quotient = g.binary("idiv", b, g.where(zero, c(1, d), d))
+    if a.dtype.itemsize < 4:
+        # ATen's abs(a / g * b) on 8- and 16-bit integers is C++ int arithmetic (integer
+        # promotion), truncated to the dtype after the abs: int16 lcm(32767, 2) is -2.
+        wide = dtypes.int32
+        return g.cast(g.unary("abs", mul(g.cast(a, wide), g.cast(quotient, wide))), a.dtype)
+    return g.unary("abs", mul(a, quotient))
 
 
 _int_binary("gcd", gcd, aten.gcd.default, prims.gcd.default)
