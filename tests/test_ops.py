@@ -723,6 +723,10 @@ def test_errors_match_cpu(index):
         fn(a.to("zyx"), b.to("zyx"))
 
 
+def _cat_into_first(empty, a):
+    return torch.cat([empty, a], out=empty)
+
+
 # Argument checks ATen makes that a lowering must make too (zyx would otherwise compute something):
 # (call on a 3x4 float tensor and an int64 0..11 tensor of the same shape, on the device).
 ARGUMENT_ERROR_CASES = {
@@ -804,6 +808,8 @@ ARGUMENT_ERROR_CASES = {
     "addcdiv of integers": lambda a, i: torch.addcdiv(i, i, i + 1),
     "heaviside of two dtypes": lambda a, i: torch.heaviside(a, i.float().double()),
     "clamp without bounds": lambda a, i: torch.clamp(a),
+    "cat of a 0-d tensor": lambda a, i: torch.cat([a[0], a[0, 0]]),
+    "cat out= an empty input": lambda a, i: _cat_into_first(torch.empty(0, device=a.device), a),
 }
 
 

@@ -345,6 +345,9 @@ def concat_nodes(nodes: list[Node], axis: int) -> Node:
 @register(aten.cat.default)
 def cat(tensors, dim=0):
     tensors = [t for t in tensors]
+    for i, t in enumerate(tensors):
+        if isinstance(t, torch.Tensor) and t.dim() == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
     # CPU torch's rank check (the meta kernel words it differently); legacy empty 1-D tensors
     # (shape (0,)) join anything.
     ranked = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
