@@ -813,6 +813,33 @@ def test_compile_after_a_program_is_freed():
     assert out.tolist() == [0, 1, 1, 1, 0]
 
 
+def test_kernels_share_engines_and_load_once(monkeypatch):
+    """Kernels are object files in shared MCJIT engines (one per ``PER_ENGINE`` kernels, each with
+    its target machine) instead of an engine each; a kernel compiled again while its code is in
+    the current engine (its program left the caches) is not loaded twice (a duplicate symbol);
+    engines are freed with their last program and compiling goes on."""
+    import gc
+
+    from torch_zyx.runtime.cpu import _SharedEngines
+
+    runtime = _cpu_context().runtime
+    monkeypatch.setattr(_SharedEngines, "PER_ENGINE", 3)
+    monkeypatch.setattr(runtime, "_engines", _SharedEngines(runtime.new_target_machine))
+    names = [f"zyx_count_share{i}" for i in range(7)]
+    programs = [runtime.compile(n, _COUNTING_KERNEL.replace("zyx_count", n)) for n in names]
+    engines = {id(p._engine) for p in programs}
+    assert len(engines) == 3  # 3 + 3 + 1 kernels
+    again = runtime.compile(names[6], _COUNTING_KERNEL.replace("zyx_count", names[6]))
+    assert again._engine is programs[6]._engine and again.address == programs[6].address
+    del programs[:3], again
+    gc.collect()  # the first engine goes with its programs
+    programs.append(runtime.compile("zyx_count_share7", _COUNTING_KERNEL.replace("zyx_count", "zyx_count_share7")))
+    for program in programs:
+        out = torch.zeros(5, dtype=torch.int64)
+        _cpu_calls("ctypes").serial(program.address, [out.data_ptr()], [], 1, 4)
+        assert out.tolist() == [0, 1, 1, 1, 0]
+
+
 @pytest.mark.parametrize("kind", ["c", "ctypes"])
 def test_parallel_entry_runs_every_iteration_once(kind):
     """The parallel entry's home blocks (each thread starts with its CPU's block of chunks,

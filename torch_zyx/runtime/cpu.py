@@ -247,6 +247,36 @@ def _last_level_cache_bytes() -> int:
     return largest
 
 
+class _SharedEngines:
+    """MCJIT engines that hold the machine code of several kernels each: an engine of its own per
+    kernel cost ~1.5 MB (its target machine and module), so the 512 programs the caches keep made
+    the process ~750 MB larger. Kernels are loaded as object files into the current engine; after
+    ``PER_ENGINE`` of them a new one is started, and an engine is freed with the last program that
+    holds it (programs leave the bounded caches oldest first, so old engines go)."""
+
+    PER_ENGINE = 64
+
+    def __init__(self, new_target_machine):
+        self._new_target_machine = new_target_machine
+        self._engine = None
+        self._names: set[str] = set()  # kernels loaded into the current engine
+
+    def load(self, name: str, code: bytes):
+        """The engine holding kernel ``name`` (machine code ``code``), loading it if needed: a
+        kernel compiled again after its program left the caches is still in the engine, and one
+        engine cannot define a symbol twice."""
+        if self._engine is None or len(self._names) >= self.PER_ENGINE:
+            # (an empty module: the kernels come as object files; each engine owns its machine)
+            self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._new_target_machine())
+            self._names = set()
+        engine = self._engine
+        if name not in self._names:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+            engine.finalize_object()
+            self._names.add(name)
+        return engine
+
+
 class CPUDevice:
     """The embedded default device: the host CPU through LLVM."""
 
@@ -262,6 +292,7 @@ class CPUDevice:
         # gets its own (new_target_machine). With one shared machine, the first program (or
         # thread team) freed left every later compile a dangling one: a segfault.
         self.target_machine = self.new_target_machine()
+        self._engines = _SharedEngines(self.new_target_machine)
         self.threads = CONFIG.threads
         self.backward = 0  # the order the last parallel launch took its chunks in (_PARALLEL_ENTRY)
         # Which CPU a thread of the parallel entry runs on (glibc's sched_getcpu: a vDSO read);
@@ -421,19 +452,15 @@ class CPUDevice:
                f"{_CODE_MODEL}\x00{source}")
         cached_object = self._cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.obj"
         with self._lock:
-            module = self._parse(name, kernel_source, source)
             # (checksummed: a garbled object file made MCJIT abort the process)
-            cached = read_entry(cached_object) if CONFIG.disk_cache else None
-            if cached is None:
-                module = self._optimized(module, source)
+            code = read_entry(cached_object) if CONFIG.disk_cache else None
+            if code is None:
+                module = self._optimized(self._parse(name, kernel_source, source), source)
                 if CONFIG.debug & DEBUG_COMPILE:
                     print(f"zyx compile {name}: {len(source)} chars of LLVM IR")
-            engine = llvm.create_mcjit_compiler(module, self.new_target_machine())
-            # The object cache hands MCJIT the machine code from disk (no codegen) or is told
-            # the fresh machine code so the next process can skip compiling.
-            engine.set_object_cache(lambda _module, data: self._store_object(cached_object, data),
-                                    lambda _module: cached)
-            engine.finalize_object()
+                code = self.target_machine.emit_object(module)
+                self._store_object(cached_object, code)
+            engine = self._engines.load(name, code)
             address = engine.get_function_address(name)
         return CPUProgram(self, name, engine, address, kernel_source)
 
