@@ -235,6 +235,27 @@ def test_resize_as_and_functional_resize():
     check(lambda a: torch.ops.aten.resize(a, (3, 2)), make((2, 4), torch.float32))
 
 
+@pytest.mark.parametrize("case", ["channels_last", "channels_last_3d", "resize_as_ preserve", "resize_as_ preserve 3d",
+                                  "resize_as_ default", "same sizes keep strides", "same sizes of a transpose"])
+def test_resize_strides_match_cpu(case):
+    # The strides a resize leaves, as CPU torch's: a memory format given, a template's layout
+    # kept with preserve_format, and an unchanged size keeping the strides it had.
+    def make_case(device):
+        empty = torch.empty(0, device=device)
+        cl = torch.empty(2, 3, 4, 5, device=device).to(memory_format=torch.channels_last)
+        cl3d = torch.empty(2, 3, 4, 5, 6, device=device).to(memory_format=torch.channels_last_3d)
+        return {"channels_last": lambda: empty.resize_(2, 3, 4, 5, memory_format=torch.channels_last),
+                "channels_last_3d": lambda: empty.resize_(2, 3, 4, 5, 6, memory_format=torch.channels_last_3d),
+                "resize_as_ preserve": lambda: empty.resize_as_(cl, memory_format=torch.preserve_format),
+                "resize_as_ preserve 3d": lambda: empty.resize_as_(cl3d, memory_format=torch.preserve_format),
+                "resize_as_ default": lambda: empty.resize_as_(cl),
+                "same sizes keep strides": lambda: cl.resize_(2, 3, 4, 5),
+                "same sizes of a transpose": lambda: torch.empty(3, 4, device=device).t().resize_(4, 3)}[case]()
+
+    cpu, zyx = make_case("cpu"), make_case("zyx")
+    assert (tuple(zyx.shape), zyx.stride()) == (tuple(cpu.shape), cpu.stride())
+
+
 @pytest.mark.parametrize("p", [0.0, 1.0, 1.5, 2.0, float("inf")])
 def test_cdist_pdist(p):
     a, b = make((2, 5, 3), torch.float32), make((2, 4, 3), torch.float32, seed=1)

@@ -41,6 +41,9 @@ def _contiguous_for(shape, memory_format) -> tuple[int, ...]:
     if memory_format == torch.channels_last and len(shape) == 4:
         _, c, h, w = shape
         return (h * w * c, 1, w * c, c)
+    if memory_format == torch.channels_last_3d and len(shape) == 5:
+        _, c, d, h, w = shape
+        return (d * h * w * c, 1, h * w * c, w * c, c)
     return g.contiguous_strides(tuple(shape))
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 
+import torch
+from torch._prims_common import suggest_memory_format
+
 from ...lazy import graph as g
 from ...record.tensor import Storage, ZyxTensor, read, restride, storage_from_host, wrap
 from ...record.tensor import meta as meta_of
@@ -20,6 +23,8 @@ from .factory import _contiguous_for
 def resize_(x, size, memory_format=None):
     size = tuple(int(s) for s in size)
     storage = x._storage
+    if memory_format is None and size == tuple(x.shape):
+        return x  # (ATen: the same sizes keep the strides, a channels-last layout too)
     strides = _contiguous_for(size, memory_format)
     needed = x.storage_offset() + g.strided_extent(size, strides)
     if needed > storage.numel:
@@ -32,6 +37,9 @@ def resize_(x, size, memory_format=None):
 
 @register(aten.resize_as_.default)
 def resize_as_(x, other, memory_format=None):
+    if memory_format == torch.preserve_format:  # (the template's layout, as ATen suggests it)
+        template = torch.empty_strided(tuple(other.shape), tuple(other.stride()), device="meta")
+        memory_format = suggest_memory_format(template)
     return resize_(x, tuple(other.shape), memory_format)
 
 
