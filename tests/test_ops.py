@@ -810,6 +810,13 @@ ARGUMENT_ERROR_CASES = {
     "clamp without bounds": lambda a, i: torch.clamp(a),
     "cat of a 0-d tensor": lambda a, i: torch.cat([a[0], a[0, 0]]),
     "cat out= an empty input": lambda a, i: _cat_into_first(torch.empty(0, device=a.device), a),
+    "neg out= of another dtype": lambda a, i: torch.neg(a, out=torch.empty(3, 4, dtype=torch.half, device=a.device)),
+    "floor out= of another dtype": lambda a, i: torch.floor(a, out=torch.empty(3, 4, dtype=torch.float64,
+                                                                               device=a.device)),
+    "nan_to_num out= of another dtype": lambda a, i: torch.nan_to_num(a, out=torch.empty(3, 4, dtype=torch.half,
+                                                                                       device=a.device)),
+    "frac of integers": lambda a, i: torch.frac(i),
+    "bitwise_not of floats": lambda a, i: torch.bitwise_not(a),
 }
 
 

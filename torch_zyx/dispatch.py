@@ -83,7 +83,13 @@ def _out_args(func, kwargs):
 # Ops whose out= forms must have the result's dtype exactly (ATen's structured kernels that are
 # not elementwise), with ATen's message when it is not the common one.
 _EXACT_DTYPE_OUT = {"gather": None, "aminmax": None,
-                    "multinomial": "multinomial expects Long tensor out, got: {got}"}
+                    "multinomial": "multinomial expects Long tensor out, got: {got}",
+                    "nan_to_num": "nan_to_num: dtype of out: {got} should be same as input: {expected}"}
+# ATen's "borrowing" unary ops (TensorIterator with check_all_same_dtype): the out= tensor must
+# have the input's dtype, which is their result's.
+_SAME_DTYPE_MESSAGE = "Found dtype {got} but expected {expected}"
+_EXACT_DTYPE_OUT.update(dict.fromkeys(("abs", "neg", "sign", "sgn", "ceil", "floor", "round", "trunc", "frac",
+                                       "bitwise_not", "fix", "conj_physical"), _SAME_DTYPE_MESSAGE))
 
 
 def _check_out_dtype(op_name: str, outs, results) -> None:
@@ -94,7 +100,7 @@ def _check_out_dtype(op_name: str, outs, results) -> None:
         if out.dtype == value.dtype:
             continue
         if message is not None:
-            raise RuntimeError(message.format(got=_dtype_name(out.dtype)))
+            raise RuntimeError(message.format(got=_dtype_name(out.dtype), expected=_dtype_name(value.dtype)))
         raise RuntimeError(f"Expected out tensor to have dtype {registry.type_meta_name(value.dtype)}, "
                            f"but got {registry.type_meta_name(out.dtype)} instead")
 

@@ -16,7 +16,9 @@ from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.checks import check_nonzero
+from ...record.pending import unsupported
 from ...record.tensor import read, wrap
+from ...record.transfer import ZYX_TO_TORCH
 from .. import fastpath
 from ..registry import (
     PROMOTE_BOOL,
@@ -26,6 +28,7 @@ from ..registry import (
     broadcast,
     cast,
     device_of,
+    dtype_name,
     new,
     operand,
     promoted,
@@ -229,6 +232,14 @@ def logical(x: Node) -> Node:
     return g.cast(x, dtypes.bool_)
 
 
+def _kernel_for(name: str, x: Node, floats: bool) -> Node:
+    """``x``, where CPU torch's kernel of ``name`` has ``x``'s dtype (``floats``: floating-point
+    dtypes only, else none of them); else its NotImplementedError."""
+    if x.dtype.is_float != floats:
+        raise unsupported(f"\"{name}_cpu\" not implemented for '{dtype_name(ZYX_TO_TORCH[x.dtype])}'")
+    return x
+
+
 UNARY = {
     # aten name: (function of node, promotion kind)
     "abs": (lambda x: u("abs", x), PROMOTE_DEFAULT),
@@ -265,7 +276,7 @@ UNARY = {
     "ceil": (lambda x: u("ceil", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
     "trunc": (lambda x: u("trunc", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
     "round": (lambda x: u("round", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
-    "frac": (lambda x: sub(x, u("trunc", x)), PROMOTE_DEFAULT),
+    "frac": (lambda x: sub(_kernel_for("frac", x, floats=True), u("trunc", x)), PROMOTE_DEFAULT),
     "sign": (sign, PROMOTE_DEFAULT),
     "sgn": (sign, PROMOTE_DEFAULT),
     "isnan": (lambda x: u("isnan", x) if x.dtype.is_float else g.const(False, dtypes.bool_, x.shape),
@@ -274,7 +285,7 @@ UNARY = {
     "isfinite": (lambda x: u("not", b("or", u("isnan", x), isinf(x))) if x.dtype.is_float
                  else g.const(True, dtypes.bool_, x.shape), PROMOTE_DEFAULT),
     "logical_not": (lambda x: u("not", logical(x)), PROMOTE_DEFAULT),
-    "bitwise_not": (lambda x: u("not", x), PROMOTE_DEFAULT),
+    "bitwise_not": (lambda x: u("not", _kernel_for("bitwise_not", x, floats=False)), PROMOTE_DEFAULT),
     "square": (lambda x: mul(x, x), PROMOTE_DEFAULT),
     "positive": (lambda x: x, PROMOTE_DEFAULT),
 }
@@ -344,6 +355,7 @@ def _unary_lowering(name, fn, kind):
             raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. "
                                "If you are trying to invert a mask, use the `~` or `logical_not()` "
                                "operator instead.")
+
         one = promoted_one(x, kind)
         if one is None:
             return _compute(fn, kind, [x], bool_result=bool_result)
