@@ -21,7 +21,7 @@ from . import derived_backward  # noqa: F401  (registration)
 from .core import factory, movement, storage_views  # noqa: F401
 from .indexing import index, scatter, search, sort  # noqa: F401
 from .linalg import dense, ldl, matmul, spectral  # noqa: F401
-from .math import cephes, elementwise, igamma, polynomials, reduce, scan, special  # noqa: F401
+from .math import cephes, combine, elementwise, igamma, polynomials, reduce, scan, special  # noqa: F401
 from .nn import (  # noqa: F401
     conv,
     ctc,

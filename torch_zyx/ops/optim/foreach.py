@@ -28,7 +28,7 @@ from ...record.pending import reraise_deferred
 from ...record.tensor import ZyxTensor, assign_whole, meta, read, wrap, wrap_like, write
 from ...record.transfer import ZYX_TO_TORCH, from_cpu
 from ..fastpath import whole_node
-from ..math.elementwise import addc_by_tensor, lerp_scalar_weight
+from ..math.combine import addc_by_tensor, lerp_scalar_weight
 from ..registry import LOWERINGS, aten, dtype_name, register
 
 # Per-tensor op for a foreach base name, when it is not simply ``aten.<name>``; scalar forms of

@@ -24,7 +24,7 @@ from ...lazy.graph import Node
 from ...record.tensor import ZyxTensor, read, write
 from ...record.transfer import ZYX_TO_TORCH
 from ..expr import Ex
-from ..math.elementwise import lerp_scalar_weight
+from ..math.combine import lerp_scalar_weight
 from ..nn.functional import _acc_dtype
 from ..registry import aten, register
 
