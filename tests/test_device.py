@@ -799,8 +799,8 @@ exit:
 
 
 def test_compile_after_a_program_is_freed():
-    """Each program's engine has its own target machine: an engine frees the one it is made
-    with, and compiling after the first program was freed segfaulted."""
+    """Each engine has its own target machine: an engine frees the one it is made with, and
+    compiling after the first program was freed segfaulted."""
     import gc
 
     runtime = _cpu_context().runtime

@@ -225,9 +225,7 @@ def _realize_all(device, into: tuple | None = None) -> bool:
             # A storage filled whole by one node is realized from that node (the kernelizer
             # stores a root contiguous in any shape): no flat RESHAPE node to build and free.
             roots = [s._shaped or s._value for s in group] + [check.first for check in checks]
-            outputs = None
-            if into is not None and into[0] in group:
-                outputs = {group.index(into[0]): into[1]}
+            outputs = {i: into_buffer for i, s in enumerate(group) if s is into[0]} if into else None
             buffers = realize(roots, context, outputs)
             for storage, root, buffer in zip(group, roots, buffers):
                 if buffer is into_buffer:

@@ -75,6 +75,11 @@ _getrefcount = sys.getrefcount
 log = logging.getLogger("torch_zyx")
 
 
+def _host_memory(device) -> bool:
+    """Whether ``device``'s buffers are host memory (its pool can ``wrap`` a CPU tensor's)."""
+    return hasattr(device.pool, "wrap")
+
+
 def _realized(storage: Storage):
     """``storage``'s buffer for a read (realizes it; raises the errors found so far)."""
     if deferred_errors:
@@ -94,7 +99,7 @@ def storage_to_cpu(storage: Storage) -> torch.Tensor:
     if not storage.numel:
         return flat
     wait = device.events.take([buffer.id])
-    if buffer.nbytes >= PARALLEL_COPY_BYTES and hasattr(device.pool, "wrap"):  # host memory
+    if buffer.nbytes >= PARALLEL_COPY_BYTES and _host_memory(device):
         wait_all(wait)
         flat.view(torch.uint8).copy_(_host_bytes(buffer.ptr, buffer.nbytes))
     else:
@@ -136,9 +141,8 @@ def _read_directly(t: ZyxTensor, storage: Storage, held: int) -> torch.Tensor | 
         _probe[threading.get_ident()].append(counts)
         return torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])
     device = storage.device
-    wrap = getattr(device.pool, "wrap", None)  # (pools of host memory only)
     nbytes = storage.numel * storage.dtype.itemsize
-    if wrap is None or nbytes < DIRECT_READ_BYTES or not is_lazy(storage._shaped or storage._value):
+    if not _host_memory(device) or nbytes < DIRECT_READ_BYTES or not is_lazy(storage._shaped or storage._value):
         return None
     if not _temporary:
         _temporary.append(_calibrate(device))
@@ -148,7 +152,8 @@ def _read_directly(t: ZyxTensor, storage: Storage, held: int) -> torch.Tensor | 
     from ..memory.buffer import ExternalBuffer
 
     flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])
-    out = ExternalBuffer(device, storage.dtype, storage.numel, wrap(flat.data_ptr(), nbytes, flat), flat)
+    raw = device.pool.wrap(flat.data_ptr(), nbytes, flat)
+    out = ExternalBuffer(device, storage.dtype, storage.numel, raw, flat)
     if not realize_into(storage, out):
         return None  # (the value went to a pool buffer: a root of another storage too)
     wait_all(device.events.take([out.id]))
@@ -197,7 +202,7 @@ def from_cpu(src: torch.Tensor, device) -> Node:
     dtype = zdtype(src.dtype)
     buffer = Buffer(device, dtype, src.numel())
     nbytes = buffer.nbytes
-    if nbytes >= PARALLEL_COPY_BYTES and hasattr(device.pool, "wrap"):
+    if nbytes >= PARALLEL_COPY_BYTES and _host_memory(device):
         # (a fresh buffer of host memory: no work can be pending on it)
         _host_bytes(buffer.ptr, nbytes).copy_(src.view(-1).view(torch.uint8))
     elif nbytes:

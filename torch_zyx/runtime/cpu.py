@@ -287,9 +287,9 @@ class CPUDevice:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.triple = llvm.get_process_triple()
-        # For the optimization passes only: an engine takes ownership of the target machine
-        # it is made with and frees it with itself (llvmlite marks it owned), so each engine
-        # gets its own (new_target_machine). With one shared machine, the first program (or
+        # For the optimization passes and emitting object files, never an engine's: an engine
+        # takes ownership of the target machine it is made with and frees it with itself
+        # (llvmlite marks it owned), so each engine gets its own (new_target_machine). With one shared machine, the first program (or
         # thread team) freed left every later compile a dangling one: a segfault.
         self.target_machine = self.new_target_machine()
         self._engines = _SharedEngines(self.new_target_machine)
@@ -446,8 +446,8 @@ class CPUDevice:
         # Errors and the program carry the kernel's own source (what the renderer wrote).
         kernel_source = source
         source = self._module_source(name, source)
-        # Keyed by everything the machine code depends on: the target, LLVM, torch_zyx and the
-        # module's source.
+        # Keyed by everything the machine code depends on: the target, LLVM, torch_zyx, the code
+        # model and the module's source.
         key = (f"{self.triple}\x00{llvm.get_host_cpu_name()}\x00{_LLVM_VERSION}\x00{PACKAGE_VERSION}\x00"
                f"{_CODE_MODEL}\x00{source}")
         cached_object = self._cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.obj"

@@ -96,16 +96,6 @@ _ADDCDIV_INTEGERS = (
     "tensor2), for all dtypes.")
 
 
-@register(aten.heaviside.default)
-def heaviside(x, values):
-    """0 below zero (and for NaN), 1 above, ``values`` at zero, as ATen's kernel; one dtype only."""
-    if x.dtype != values.dtype:
-        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
-    xn, vn = broadcast(operand(x, x.dtype), operand(values, x.dtype))
-    step = cast(b("lt", c(0, xn), xn), x.dtype)
-    return new(where(b("eq", xn, c(0, xn)), vn, step), _device([x, values]))
-
-
 @register(aten.addcdiv.default)
 def addcdiv(x, t1, t2, value=1):
     if not t1.dtype.is_floating_point and not t2.dtype.is_floating_point:
@@ -123,3 +113,13 @@ def addc_by_tensor(x, t1, t2, value, divide: bool):
         return None
     scale = g.cast(read(value), xn.dtype)
     return wrap(g.cast(add(xn, mul(div(a, bn) if divide else mul(a, bn), scale)), result), device)
+
+
+@register(aten.heaviside.default)
+def heaviside(x, values):
+    """0 below zero (and for NaN), 1 above, ``values`` at zero, as ATen's kernel; one dtype only."""
+    if x.dtype != values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+    xn, vn = broadcast(operand(x, x.dtype), operand(values, x.dtype))
+    step = cast(b("lt", c(0, xn), xn), x.dtype)
+    return new(where(b("eq", xn, c(0, xn)), vn, step), _device([x, values]))

@@ -353,7 +353,6 @@ def _unary_lowering(name, fn, kind):
             raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. "
                                "If you are trying to invert a mask, use the `~` or `logical_not()` "
                                "operator instead.")
-
         one = promoted_one(x, kind)
         if one is None:
             return _compute(fn, kind, [x], bool_result=bool_result)
