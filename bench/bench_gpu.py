@@ -23,6 +23,12 @@ device-to-device ``copy_`` of a 1 GiB tensor: read + write). Targets (DESIGN.md,
 - recording cost per lazy op on the CUDA device no higher than on the CPU device;
 - the MLP Adam step (784-512-512-10, batch 256) reported.
 
+A second table times ``torch.compile``: the chain compiled with ``backend="zyx"`` on torch
+``cuda`` tensors (run by zyx's CUDA device in their memory) against Inductor on the same tensors,
+and the MLP Adam step with the model compiled by each backend (zyx's on ``zyx`` tensors: a CUDA
+backward cannot run in a process that loaded zyx, see ``serve_torch_training``); target (the
+torch.compile issue): no slower than Inductor.
+
 ``--scale 0.25`` shrinks every tensor (a GPU with little memory, or a quick look).
 """
 
@@ -103,12 +109,12 @@ def mlp_and_data(torch):
     return model, torch.randn(256, 784, generator=gen), torch.randint(0, 10, (256,), generator=gen)
 
 
-def adam_step(torch, model, x, y, device, compiled=False):
+def adam_step(torch, model, x, y, device, compiled=False, backend="inductor"):
     """One training step's function (zero_grad, forward, cross entropy, backward, Adam) of a
     copy of ``model`` on ``device``; ``compiled``: the model through torch.compile."""
     net = copy.deepcopy(model).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-    forward = torch.compile(net) if compiled else net
+    forward = torch.compile(net, backend=backend) if compiled else net
     xs, ys = x.to(device), y.to(device)
 
     def step():
@@ -261,6 +267,42 @@ class Bench:
         mlp = self.mlp_step()
         record = self.recording()
         self.report(copy_gbs, mlp, record)
+        if not self.args.no_compile:
+            self.report_compiled(self.compiled_cases(n, randn))
+
+    def compiled_cases(self, n: int, randn) -> list[tuple]:
+        """(case, zyx backend s, Inductor s) for the chain on ``cuda`` tensors and the MLP step."""
+        torch, F = self.torch, self.torch.nn.functional
+        rows = []
+        if not self.args.cases or "chain" in self.args.cases:
+            def fn(a, b):
+                return F.gelu(a) * torch.sigmoid(b) + a
+
+            inputs = (randn(n), randn(n))
+            zyx, inductor = torch.compile(fn, backend="zyx"), torch.compile(fn)
+            torch.testing.assert_close(zyx(*inputs), inductor(*inputs), rtol=1e-3, atol=1e-3)
+            times = self.timed({"zyx": (zyx, inputs, self._sync_cuda),
+                                "inductor": (inductor, inputs, self._sync_cuda)})
+            rows.append(("gelu/sigmoid chain, 64M f32, cuda tensors", times["zyx"], times["inductor"]))
+        if not self.args.cases or "mlp" in self.args.cases.lower():
+            model, x, y = mlp_and_data(torch)
+            step = adam_step(torch, model, x, y, self.zyx, compiled=True, backend="zyx")
+            for _ in range(3):
+                step()
+            self._sync_zyx()
+            other = TorchTrainingSide(self.args)
+            try:
+                times = self.timed({"zyx": (step, (), self._sync_zyx), "inductor": other.side("inductor")})
+            finally:
+                other.close()
+            rows.append(("MLP Adam step, model compiled (zyx: zyx tensors)", times["zyx"], times["inductor"]))
+        return rows
+
+    def report_compiled(self, rows: list[tuple]) -> None:
+        lines = [(name, f"{t_zyx * 1e3:.3f}", f"{t_ind * 1e3:.3f}", f"{t_ind / t_zyx:.2f}x", "<= inductor time")
+                 for name, t_zyx, t_ind in rows]
+        print_table(("torch.compile case", "zyx backend ms", "inductor ms", "inductor/zyx", "target"), lines,
+                    "each side compiled and warmed up first; same timing as above", self.args.markdown)
 
     def mlp_step(self) -> tuple[float, float, float | None] | None:
         """Seconds per Adam step of the MLP 784-512-512-10, batch 256: zyx, eager, compiled

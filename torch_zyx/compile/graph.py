@@ -10,9 +10,11 @@ kernels over the whole graph). A call then only binds the inputs' buffers to the
 launches the plan's kernels and wraps the outputs: no per-op dispatch, lowering, graph building
 or schedule lookup.
 
-Inputs on a zyx device bind their storages' buffers. CPU tensors bind their own memory
-(``ExternalBuffer``) on zyx's CPU backend, and the outputs are CPU tensors the kernels wrote
-in place, so a CPU model compiled with ``backend="zyx"`` never copies.
+Inputs on a zyx device bind their storages' buffers. torch's own tensors bind their memory
+(``ExternalBuffer``): CPU tensors on zyx's CPU backend, ``cuda`` tensors on zyx's CUDA device of
+the same GPU, ordered after and before the work of torch's current stream there. The outputs
+are tensors of the inputs' device that the kernels wrote in place, so a model compiled with
+``backend="zyx"`` never copies.
 
 A graph that needs a value while it is traced (a data-dependent shape, ``item()``, an op zyx
 runs on the CPU) cannot be one plan: it runs op by op through zyx's dispatch instead, as in
@@ -39,7 +41,6 @@ from ..lazy import graph as g
 from ..lazy.kernelize import GraphSignature
 from ..memory.buffer import Buffer, ExternalBuffer
 from ..memory.events import wait_all
-from ..memory.host import HostBuffer
 from ..record import random
 from ..record.checks import IndexCheck, add_checks
 from ..record.pending import TracingRealization, tracing
@@ -51,9 +52,10 @@ log = logging.getLogger("torch_zyx")
 # Plans kept per compiled graph, least recently used dropped: one per binding (a dimension that
 # changes from call to call gets one plan per size, up to this many).
 MAX_PLANS = 8
-# CPU memory a kernel may read or write in place: the LLVM renderer assumes 64-byte aligned
-# buffers (codegen/llvm.py); other storages are copied into the pool.
-HOST_ALIGNMENT = 64
+# Memory a kernel may read or write in place: the LLVM renderer assumes 64-byte aligned buffers
+# (codegen/llvm.py), the CUDA one 16-byte aligned vector loads; other CPU storages are copied
+# into the pool (a ``cuda`` tensor's allocation is always aligned: torch's allocator gives 512).
+ALIGNMENT = 64
 
 _slot_ids = itertools.count()
 
@@ -91,15 +93,16 @@ class _Binding:
                 parts.append((storage.device, storage.dtype, a._zmeta or meta(a), storage.numel,
                               seen.setdefault(id(storage), i)))
             elif isinstance(a, torch.Tensor):
-                if a.device.type != "cpu":
-                    raise NotImplementedError(f"zyx: a compiled graph given a {a.device.type} tensor")
-                if a.dim() == 0 and any(isinstance(b, ZyxTensor) for b in args):
-                    parts.append(("s", a.dtype))  # a CPU scalar beside zyx tensors (see _Plan.run)
+                kind = a.device.type
+                if kind not in ("cpu", "cuda"):
+                    raise NotImplementedError(f"zyx: a compiled graph given a {kind} tensor")
+                if kind == "cpu" and a.dim() == 0 and _beside_device_tensors(args):
+                    parts.append(("s", a.dtype))  # a CPU scalar beside device tensors (_Plan.run)
                     continue
                 untyped = a.untyped_storage()
                 alias = seen.setdefault(untyped.data_ptr(), i)
-                aligned = untyped.data_ptr() % HOST_ALIGNMENT == 0
-                parts.append(("c", a.dtype, tuple(a.shape), a.stride(), a.storage_offset(),
+                aligned = untyped.data_ptr() % ALIGNMENT == 0
+                parts.append((a.device, a.dtype, tuple(a.shape), a.stride(), a.storage_offset(),
                               untyped.nbytes(), alias, aligned))
             elif isinstance(a, (int, float, bool)) or a is None:
                 parts.append(("v", type(a), a))
@@ -108,12 +111,21 @@ class _Binding:
         return tuple(parts)
 
 
-class _Plan:
-    """A traced graph's plan and how to bind a call to it and read its results."""
+def _beside_device_tensors(args) -> bool:
+    """Whether ``args`` hold a zyx or ``cuda`` tensor: a 0-d CPU tensor beside them is a scalar
+    (an optimizer's step count) copied to the device, as torch's kernels read it."""
+    return any(isinstance(b, ZyxTensor) or (isinstance(b, torch.Tensor) and b.is_cuda) for b in args)
 
-    def __init__(self, device, on_cpu: bool, plan, sig, slot_of_input: list, outputs: list,
+
+class _Plan:
+    """A traced graph's plan and how to bind a call to it and read its results.
+
+    ``bound``: the torch device (``cpu``, ``cuda:N``) whose tensors the call binds in place and
+    returns, or None for zyx tensors."""
+
+    def __init__(self, device, bound: torch.device | None, plan, sig, slot_of_input: list, outputs: list,
                  spec, random_counts: list[int], checks: list, mutated: list):
-        self.device, self.on_cpu = device, on_cpu
+        self.device, self.bound = device, bound
         self.plan, self.sig = plan, sig
         # Per sig.buffers entry: the input index whose storage it is, or None (a constant's buffer).
         self.slot_of_input = slot_of_input
@@ -130,34 +142,32 @@ class _Plan:
                           for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values)]
         self.temps = [(n_in + i, dtype, numel) for i, (dtype, numel) in enumerate(plan.temps)]
         self.root_temp = {slot: k for k, slot in enumerate(plan.root_slots) if slot >= n_in}
-        # Pool bytes a call allocates for its outputs (CPU tensors': fresh CPU tensors instead).
-        self.output_bytes = 0 if on_cpu else sum(dtype.itemsize * numel for slot, dtype, numel in self.temps
+        # Pool bytes a call allocates for its outputs (torch tensors': fresh torch tensors instead).
+        self.output_bytes = 0 if bound is not None else sum(dtype.itemsize * numel for slot, dtype, numel in self.temps
                                                  if slot in self.root_temp)
         self.scratch: dict | None = None  # slot -> Buffer, from the first call on
         self.fixed = [None if index is not None else buffer
                       for index, buffer in zip(slot_of_input, sig.buffers)]
 
     def run(self, args: list):
-        device, plan = self.device, self.plan
+        device, plan, bound = self.device, self.plan, self.bound
         buffers: list = []
-        keep = []  # CPU tensors whose memory this call reads or writes
         for index, fixed in zip(self.slot_of_input, self.fixed):
             if index is None:
                 buffers.append(fixed)
                 continue
             a = args[index]
-            if self.on_cpu:
-                buffers.append(_host_buffer(device, a))
-                keep.append(a)
-            elif isinstance(a, ZyxTensor):
+            if isinstance(a, ZyxTensor):
                 buffers.append(a._storage.realize())
+            elif bound is not None and a.device == bound:
+                buffers.append(_tensor_memory(device, a))
             else:
-                # A CPU scalar beside zyx tensors (an optimizer's step count): its value of this
+                # A CPU scalar beside device tensors (an optimizer's step count): its value of this
                 # call, copied to the device (8 bytes) rather than baked into the plan.
                 buffer = Buffer(device, zdtype(a.dtype), 1)
                 buffer.write_from_host(a.data_ptr(), a, fresh=True)
                 buffers.append(buffer)
-        outputs_cpu: dict[int, torch.Tensor] = {}
+        outputs_torch: dict[int, torch.Tensor] = {}
         scratch = self.scratch
         if scratch is None:
             # The temporaries no output escapes with live from call to call: the event table
@@ -170,11 +180,10 @@ class _Plan:
             buffer = scratch.get(slot)
             if buffer is not None:
                 buffers.append(buffer)
-            elif self.on_cpu:
-                flat = torch.empty(numel, dtype=ZYX_TO_TORCH[dtype])
-                outputs_cpu[self.root_temp[slot]] = flat
-                buffers.append(ExternalBuffer(device, dtype, numel, HostBuffer.wrap(
-                    flat.data_ptr(), flat.nbytes, flat), flat))
+            elif bound is not None:
+                flat = torch.empty(numel, dtype=ZYX_TO_TORCH[dtype], device=bound)
+                outputs_torch[self.root_temp[slot]] = flat
+                buffers.append(ExternalBuffer.over(device, dtype, numel, flat.data_ptr(), flat))
             else:
                 buffers.append(Buffer(device, dtype, numel))
         buffers.extend(self.constants)
@@ -183,21 +192,31 @@ class _Plan:
         random_args = []
         for count in self.random_counts:
             random_args.extend(random.draw(device.index, count))
-        launch_plan(plan, device, buffers, random_args)
+        if bound is not None and bound.type == "cuda":
+            # In the order of torch's current stream: after what wrote the inputs, before what
+            # reads the outputs (or reuses the inputs' memory once freed).
+            stream = torch.cuda.current_stream(bound).cuda_stream
+            device.pool.follow(stream)
+            launch_plan(plan, device, buffers, random_args)
+            device.pool.lead(stream, device.events.take([b.id for b in buffers]))
+        else:
+            launch_plan(plan, device, buffers, random_args)
         roots = [buffers[i] for i in plan.root_slots]
-        if self.on_cpu:
-            # The caller may read the results or change the inputs as soon as this returns.
-            wait_all(device.events.take([b.id for b in buffers]))
-            device.settle()
+        if bound is not None:
+            if bound.type == "cpu":
+                # The caller may read the results or change the inputs as soon as this returns.
+                wait_all(device.events.take([b.id for b in buffers]))
+                device.settle()
             for f, i, error, message, numel in self.checks:
-                # As CPU torch's kernels check: raised by the call that read the bad entry.
+                # As CPU torch's kernels check: raised by the call that read the bad entry (on a
+                # GPU this reads the result back: a synchronization, only in graphs that index).
                 position = int(_cpu_copy(device, roots[f])[0])
                 if position < numel:
                     value = int(_cpu_copy(device, roots[i])[position])
                     raise error(message.format(index=value, position=position))
             for input_index, k in self.mutated:
                 dst = args[input_index]
-                src = outputs_cpu.get(k)
+                src = outputs_torch.get(k)
                 if src is None:
                     src = _cpu_copy(device, roots[k])
                 dst.untyped_storage().copy_(src.untyped_storage())
@@ -226,10 +245,10 @@ class _Plan:
                 flat.append(args[index].as_strided(shape, strides, offset))
             else:
                 _, k, (shape, strides, offset) = out
-                if self.on_cpu:
-                    base = outputs_cpu.get(k)
-                    if base is None:
-                        base = _cpu_copy(device, roots[k])
+                if bound is not None:
+                    base = outputs_torch.get(k)
+                    if base is None:  # a root that is an input's buffer
+                        base = _cpu_copy(device, roots[k]).to(bound)
                     flat.append(base.as_strided(shape, strides, offset))
                     continue
                 storage = storages.get(k)
@@ -240,20 +259,21 @@ class _Plan:
         return tree_unflatten(flat, self.spec)
 
 
-def _host_buffer(device, t: torch.Tensor):
-    """The CPU tensor ``t``'s whole storage as a buffer of the CPU device: its own memory, or a
-    pool copy where that is not aligned as the kernels assume (``torch.frombuffer`` of odd
-    memory; torch's allocator aligns to 64 bytes)."""
+def _tensor_memory(device, t: torch.Tensor):
+    """The torch tensor ``t``'s whole storage as a buffer of ``device`` (zyx's CPU device for a CPU
+    tensor, its CUDA device of that GPU for a ``cuda`` one): its own memory, or a pool copy of a
+    CPU storage not aligned as the kernels assume (``torch.frombuffer`` of odd memory; torch's
+    allocator aligns to 64 bytes). A plan is never traced for unaligned ``cuda`` memory."""
     untyped = t.untyped_storage()
     dtype = zdtype(t.dtype)
     numel = untyped.nbytes() // dtype.itemsize
     ptr = untyped.data_ptr()
-    if ptr % HOST_ALIGNMENT:
+    if ptr % ALIGNMENT:
         buffer = Buffer(device, dtype, numel)
         if numel:
             buffer.write_from_host(ptr, untyped, fresh=True)
         return buffer
-    return ExternalBuffer(device, dtype, numel, HostBuffer.wrap(ptr, untyped.nbytes(), untyped), untyped)
+    return ExternalBuffer.over(device, dtype, numel, ptr, untyped)
 
 
 def _cpu_copy(device, buffer) -> torch.Tensor:
@@ -277,9 +297,13 @@ def _with_effects_on_zyx(token, op, *args, **kwargs):
     return (token, *out) if isinstance(out, tuple) else (token, out)
 
 
-def _cpu_device():
+def _device_for(bound: torch.device):
+    """The zyx device that runs a graph of torch ``bound`` tensors in their memory: the CPU
+    backend for CPU tensors, the CUDA device of the same GPU for ``cuda`` ones (None if absent)."""
     for context in devices():
-        if context.runtime.renderer == "llvm":
+        if bound.type == "cpu" and context.runtime.renderer == "llvm":
+            return context
+        if bound.type == "cuda" and context.runtime.renderer == "cuda" and context.runtime.ordinal == bound.index:
             return context
     return None
 
@@ -311,36 +335,43 @@ class CompiledGraph:
         return plan.run(args)
 
     def _device_of(self, args):
-        device = None
-        on_cpu = False
-        scalars_beside_zyx = any(isinstance(a, ZyxTensor) for a in args)
+        """The zyx device a call runs on and the torch device whose tensors it binds (or None)."""
+        device = bound = None
+        scalars_beside = _beside_device_tensors(args)
         for a in args:
-            if scalars_beside_zyx and isinstance(a, torch.Tensor) and not isinstance(a, ZyxTensor) \
-                    and a.dim() == 0:
+            if not isinstance(a, torch.Tensor) or (scalars_beside and a.device.type == "cpu" and a.dim() == 0):
                 continue
             if isinstance(a, ZyxTensor):
-                if on_cpu:
-                    raise RuntimeError("zyx: a compiled graph given both zyx and CPU tensors")
+                if bound is not None:
+                    raise RuntimeError(f"zyx: a compiled graph given both zyx and {bound.type} tensors")
                 if device is not None and a._storage.device is not device:
                     raise RuntimeError(f"Expected all tensors to be on the same device, but found at least "
                                        f"two devices, zyx:{device.index} and zyx:{a._storage.device.index}!")
                 device = a._storage.device
-            elif isinstance(a, torch.Tensor):
-                if device is not None and not on_cpu:
-                    raise RuntimeError("zyx: a compiled graph given both zyx and CPU tensors")
-                on_cpu = True
-        if on_cpu:
-            device = _cpu_device()
+            else:
+                if device is not None and bound is None:
+                    raise RuntimeError(f"zyx: a compiled graph given both zyx and {a.device.type} tensors")
+                if bound is not None and a.device != bound:
+                    raise RuntimeError(f"Expected all tensors to be on the same device, but found at least "
+                                       f"two devices, {bound} and {a.device}!")
+                bound = a.device
+        if bound is not None:
+            device = _device_for(bound)
         elif device is None:
             device = devices()[0]
-        return device, on_cpu
+        return device, bound
 
     def _trace(self, args) -> _Plan | None:
-        device, on_cpu = self._device_of(args)
+        device, bound = self._device_of(args)
         if device is None:
-            log.warning("zyx: %s: CPU tensors need zyx's CPU backend (not in ZYX_BACKENDS); it runs "
-                        "op by op on the CPU", self.name)
+            backend = "CPU" if bound.type == "cpu" else "CUDA"
+            log.warning("zyx: %s: %s tensors need zyx's %s backend (not in ZYX_BACKENDS); it runs "
+                        "op by op on the %s", self.name, bound.type, backend, backend)
             return None
+        if bound is not None and bound.type == "cuda" and any(
+                isinstance(a, torch.Tensor) and a.is_cuda and a.untyped_storage().data_ptr() % ALIGNMENT
+                for a in args):
+            return self._cannot_trace("a cuda tensor's memory is not 64-byte aligned")
         slot_of_input, placeholders, storage_of = [], [], {}
         slot_input: dict[int, int] = {}  # id(SlotBuffer) -> input index
         input_storages: dict[int, int] = {}  # id(placeholder Storage) -> input index
@@ -348,14 +379,14 @@ class CompiledGraph:
             if not isinstance(a, torch.Tensor):
                 placeholders.append(a)
                 continue
-            if on_cpu:
-                untyped = a.untyped_storage()
-                key, dtype = ("c", untyped.data_ptr(), a.dtype), zdtype(a.dtype)
-                numel = untyped.nbytes() // dtype.itemsize
-            elif not isinstance(a, ZyxTensor):  # a CPU scalar beside zyx tensors
-                key, dtype, numel = ("s", i), zdtype(a.dtype), 1
-            else:
+            if isinstance(a, ZyxTensor):
                 key, dtype, numel = ("z", id(a._storage)), a._storage.dtype, a._storage.numel
+            elif a.device == bound:
+                untyped = a.untyped_storage()
+                key, dtype = ("t", untyped.data_ptr(), a.dtype), zdtype(a.dtype)
+                numel = untyped.nbytes() // dtype.itemsize
+            else:  # a CPU scalar beside device tensors
+                key, dtype, numel = ("s", i), zdtype(a.dtype), 1
             storage = storage_of.get(key)
             if storage is None:
                 slot = SlotBuffer(device, dtype, numel)
@@ -418,8 +449,8 @@ class CompiledGraph:
         if CONFIG.debug & DEBUG_SCHEDULE:
             print(f"zyx compile {self.name}: plan of {len(plan.launches)} kernels over "
                   f"{len(slot_of_input)} bound buffers and {len(plan.temps)} temporaries "
-                  f"({'CPU tensors' if on_cpu else f'zyx:{device.index}'})")
-        return _Plan(device, on_cpu, plan, sig, slot_of_input, outputs, spec, random_counts, checks, mutated)
+                  f"({f'{bound} tensors on ' if bound is not None else ''}zyx:{device.index})")
+        return _Plan(device, bound, plan, sig, slot_of_input, outputs, spec, random_counts, checks, mutated)
 
     def _cannot_trace(self, reason) -> None:
         if not CONFIG.cpu_fallback:
@@ -429,7 +460,7 @@ class CompiledGraph:
 
     def _eager(self, args):
         """The graph op by op: through zyx's dispatch for zyx tensors (each op lowered, or run on
-        the CPU and counted, as in eager mode), by CPU torch for CPU tensors."""
+        the CPU and counted, as in eager mode), by torch for its own tensors."""
         bump("compile_fallbacks")
         with torch.no_grad(), _disable_current_modes():
             return self.gm(*args)

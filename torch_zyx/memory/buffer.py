@@ -67,10 +67,11 @@ class Buffer(_Memory):
 
 
 class ExternalBuffer(_Memory):
-    """Memory zyx does not own, bound to a plan's slot for one call: a CPU tensor's storage that
-    a compiled graph reads or writes in place (compile/graph.py). ``raw`` is the pool's view of
-    it (``HostPool.wrap``); ``owner`` keeps the memory alive while launches use it. Never
-    returned to a pool. Same attributes as ``Buffer`` for launches and the event table."""
+    """Memory zyx does not own, bound to a plan's slot for one call: a torch tensor's storage (a
+    CPU tensor's on a host device, a ``cuda`` tensor's on a CUDA device) that a compiled graph
+    or a read-back writes in place (compile/graph.py, record/transfer.py). ``raw`` is the pool's
+    view of it (the pool's ``wrap``); ``owner`` keeps the memory alive while launches use it.
+    Never returned to a pool. Same attributes as ``Buffer`` for launches and the event table."""
 
     __slots__ = ("__weakref__", "device", "dtype", "id", "numel", "owner", "raw")
 
@@ -79,6 +80,11 @@ class ExternalBuffer(_Memory):
         self.device = device
         self.dtype, self.numel = dtype, numel
         self.raw, self.owner = raw, owner
+
+    @classmethod
+    def over(cls, device, dtype: DType, numel: int, ptr: int, owner) -> ExternalBuffer:
+        """``numel`` elements at ``ptr``, memory of ``device``'s kind that ``owner`` holds."""
+        return cls(device, dtype, numel, device.pool.wrap(ptr, numel * dtype.itemsize, owner), owner)
 
     def __repr__(self) -> str:
         return f"<ExternalBuffer {self.id} {self.dtype} x{self.numel}>"

@@ -457,6 +457,31 @@ class CUDAPool(CachingPool):
         ctypes.memmove(out_ptr + offset, block.ptr, n)
         self.staging.give(block)
 
+    # ------------------------------------------------------------------ torch's memory
+
+    @staticmethod
+    def wrap(ptr: int, nbytes: int, owner) -> CUDABuffer:
+        """Device memory that ``owner`` holds (a torch ``cuda`` tensor's storage on this GPU) as
+        this pool's buffer object, for kernels to read or write in place (the caller keeps
+        ``owner``: buffer.ExternalBuffer)."""
+        return CUDABuffer(nbytes, ptr)
+
+    def follow(self, stream_handle: int) -> None:
+        """Work enqueued from now on runs after the work enqueued so far on torch's stream
+        ``stream_handle`` of this GPU (what wrote the tensors a compiled graph reads)."""
+        _after_foreign_stream(self.stream, self.ctx, stream_handle)
+
+    def lead(self, stream_handle: int, events: list[Event]) -> None:
+        """Work enqueued from now on on torch's stream ``stream_handle`` runs after ``events`` (a
+        compiled graph's launches: torch reads their results, or reuses the memory of tensors
+        they read once freed, in its own stream's order)."""
+        with current(self.ctx):
+            for event in events:
+                if isinstance(event, CUDAEvent):
+                    check(driver.cuStreamWaitEvent(stream_handle, event.handle, 0), "cuStreamWaitEvent")
+                else:
+                    event.wait()
+
     # ------------------------------------------------------------------ device copies
 
     def device_ptr(self, buffer: CUDABuffer) -> int:

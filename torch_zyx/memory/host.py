@@ -50,6 +50,7 @@ class HostBuffer:
 
 class HostPool(CachingPool):
     name = "host"
+    host_memory = True
 
     def _new_buffer(self, nbytes: int) -> HostBuffer:
         return HostBuffer(nbytes)
@@ -64,7 +65,7 @@ class HostPool(CachingPool):
     @staticmethod
     def wrap(ptr: int, nbytes: int, owner) -> HostBuffer:
         """Host memory that ``owner`` holds (a CPU tensor's) as this pool's buffer object, for a
-        kernel to read or write in place. Only pools of host memory have it."""
+        kernel to read or write in place."""
         return HostBuffer.wrap(ptr, nbytes, owner)
 
     def constant(self, data: bytes) -> HostBuffer:

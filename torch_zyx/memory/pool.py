@@ -37,6 +37,8 @@ def _size(nbytes: float) -> str:
 
 class CachingPool:
     name = "pool"
+    # Whether its buffers are host memory a CPU tensor can share (host.py).
+    host_memory = False
     # The exception a device raises when an allocation does not fit.
     out_of_memory_errors: tuple[type[BaseException], ...] = (MemoryError,)
 

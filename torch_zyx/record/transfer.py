@@ -77,7 +77,7 @@ log = logging.getLogger("torch_zyx")
 
 def _host_memory(device) -> bool:
     """Whether ``device``'s buffers are host memory (its pool can ``wrap`` a CPU tensor's)."""
-    return hasattr(device.pool, "wrap")
+    return device.pool.host_memory
 
 
 def _realized(storage: Storage):
@@ -152,8 +152,7 @@ def _read_directly(t: ZyxTensor, storage: Storage, held: int) -> torch.Tensor | 
     from ..memory.buffer import ExternalBuffer
 
     flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])
-    raw = device.pool.wrap(flat.data_ptr(), nbytes, flat)
-    out = ExternalBuffer(device, storage.dtype, storage.numel, raw, flat)
+    out = ExternalBuffer.over(device, storage.dtype, storage.numel, flat.data_ptr(), flat)
     if not realize_into(storage, out):
         return None  # (the value went to a pool buffer: a root of another storage too)
     wait_all(device.events.take([out.id]))
