@@ -23,7 +23,11 @@ device-to-device ``copy_`` of a 1 GiB tensor: read + write). Targets (DESIGN.md,
 - recording cost per lazy op on the CUDA device no higher than on the CPU device;
 - the MLP Adam step (784-512-512-10, batch 256) reported.
 
-A second table times ``torch.compile``: the chain compiled with ``backend="zyx"`` on torch
+A second table times matrix products against cuBLAS (torch CUDA eager, float32 without tf32):
+4096^3 float32 (target >= 70% of cuBLAS) and bfloat16 (>= 60%), and ``gelu(x @ w + b)`` fused
+(at least cuBLAS plus eager's epilogue; the GPU kernels issue).
+
+A third table times ``torch.compile``: the chain compiled with ``backend="zyx"`` on torch
 ``cuda`` tensors (run by zyx's CUDA device in their memory) against Inductor on the same tensors,
 and the MLP Adam step with the model compiled by each backend (zyx's on ``zyx`` tensors: a CUDA
 backward cannot run in a process that loaded zyx, see ``serve_torch_training``); target (the
@@ -267,8 +271,46 @@ class Bench:
         mlp = self.mlp_step()
         record = self.recording()
         self.report(copy_gbs, mlp, record)
+        self.report_matmuls(self.matmul_cases(randn))
         if not self.args.no_compile:
             self.report_compiled(self.compiled_cases(n, randn))
+
+    def matmul_cases(self, randn) -> list[tuple]:
+        """(case, zyx s, cuBLAS s, flops, target) for the matrix products, each checked first."""
+        torch, F = self.torch, self.torch.nn.functional
+        side = max(256, int(4096 * self.args.scale ** (1 / 3)) // 256 * 256)
+        flops = 2 * side ** 3
+        cases = [(f"matmul {side}^3 f32", lambda a, b: a @ b, torch.float32, 2e-3, ">= 70% of cuBLAS"),
+                 (f"matmul {side}^3 bf16", lambda a, b: a @ b, torch.bfloat16, 3e-2, ">= 60% of cuBLAS"),
+                 (f"gelu(x @ w + b) {side}^3 f32", lambda a, b, c: F.gelu(a @ b + c), torch.float32, 2e-3,
+                  "<= cuBLAS + eager epilogue")]
+        rows = []
+        for name, fn, dtype, tol, target in cases:
+            if self.args.cases and not any(part and part in name for part in self.args.cases.split(",")):
+                continue
+            inputs = [randn(side, side).to(dtype), randn(side, side).to(dtype)]
+            if fn.__code__.co_argcount == 3:
+                inputs.append(randn(side).to(dtype))
+            zyx_inputs = [t.to(self.zyx) for t in inputs]
+            expect = fn(*[t.double() for t in inputs])
+            got = fn(*zyx_inputs).cpu().double()
+            error = ((got - expect.cpu()).norm() / expect.norm().cpu()).item()
+            if not error < tol:
+                raise AssertionError(f"{name}: relative error {error:.2e} (tolerance {tol})")
+            times = self.timed({"zyx": (fn, zyx_inputs, self._sync_zyx), "eager": (fn, inputs, self._sync_cuda)})
+            rows.append((name, times["zyx"], times["eager"], flops, target))
+            print(f"  {name}: zyx {times['zyx'] * 1e3:.3f} ms, eager {times['eager'] * 1e3:.3f} ms "
+                  f"(relative error {error:.1e})", file=sys.stderr, flush=True)
+            del inputs, zyx_inputs, expect, got
+        return rows
+
+    def report_matmuls(self, rows: list[tuple]) -> None:
+        lines = [(name, f"{t_zyx * 1e3:.3f}", f"{t_eager * 1e3:.3f}", f"{flops / t_zyx / 1e12:.1f}",
+                  f"{flops / t_eager / 1e12:.1f}", f"{t_eager / t_zyx:.0%}", target)
+                 for name, t_zyx, t_eager, flops, target in rows]
+        print_table(("matmul case", "zyx ms", "cuBLAS ms", "zyx TFLOP/s", "cuBLAS TFLOP/s", "zyx/cuBLAS",
+                     "target"), lines, "eager: torch CUDA (cuBLAS; float32 without tf32); same timing as above",
+                    self.args.markdown)
 
     def compiled_cases(self, n: int, randn) -> list[tuple]:
         """(case, zyx backend s, Inductor s) for the chain on ``cuda`` tensors and the MLP step."""

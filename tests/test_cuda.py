@@ -143,6 +143,11 @@ def _cases():
          (rand(20, 30000, dtype=f16),)),
         ("matmul bias relu", lambda a, w, b: torch.relu(a @ w + b), (rand(16, 32), rand(32, 24), rand(24))),
         ("bmm", lambda a, b: torch.bmm(a, b), (rand(3, 9, 17), rand(3, 17, 5))),
+        # Block tiles staged in shared memory (codegen/lower_tiles.py), with masked edge blocks,
+        # operands read along k or along their rows (transposed), an epilogue and a batch.
+        ("block-tiled matmul", lambda a, w, b: torch.relu(a @ w + b), (rand(70, 45), rand(45, 100), rand(100))),
+        ("block-tiled transposed", lambda a, b: (a.t() @ b.t(), torch.matmul(a.t().expand(2, 66, 40), b.t()[None])),
+         (rand(40, 66), rand(33, 40))),
         ("random", lambda a: (torch.rand_like(a), F.dropout(a, 0.5) + torch.rand(a.shape, device=a.device)),
          (rand(1000),)),
         ("scatter add and index add", lambda a, i, s: (a.scatter_add(0, i, s), a.index_add(0, i[:, 0], s)),
@@ -251,6 +256,12 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     assert "float4" not in sources["gelu sigmoid chain f32"]  # 37 x 45 elements: one per iteration
     columns = sources["column tiles"]
     assert "x_col" in columns and "x_rlane" in columns and "x_col" not in rows
+    # Block tiles: an A and a B block in shared memory per k step, between two barriers; the
+    # matmul's epilogue (bias, ReLU) in the same kernel; no packing kernels before it.
+    tiled = sources["block-tiled matmul"]
+    assert len(h200_kernels[[r.name for r in h200_kernels].index("block-tiled matmul")].sources) == 1
+    assert tiled.count("__shared__ float") == 2 and tiled.count("__syncthreads();") == 2 and "x_mblk" in tiled
+    assert "x_mblk" in sources["block-tiled transposed"] and "x_mblk" not in sources["bmm"]  # 9 x 5: too small
 
 
 @needs_nvrtc

@@ -33,6 +33,7 @@ from .ir import Instr, LoopKernel
 from .lower_loops import LoopNestLowering
 from .lower_rows import RowLowering
 from .lower_scatter import ScatterLowering
+from .lower_tiles import BlockTile, BlockTileLowering
 from .symbolic import Expr
 
 _REDUCE_INIT = {"sum": 0, "prod": 1}
@@ -73,6 +74,10 @@ class LoweringOptions:
     # iteration (GPUs: the renderer then moves them with one vector load or store per buffer,
     # and each thread has that many loads in flight). 1: one element per iteration.
     vector_width: int = 1
+    # Matmul-shaped kernels as block tiles staged in group-shared memory (GPUs; ``lower_tiles``),
+    # the first of these that gives each of the device's ``compute_units`` a group. (): none.
+    block_tiles: tuple[BlockTile, ...] = ()
+    compute_units: int = 1
 
 
 def _reduce_init(op: str, dtype) -> object:
@@ -107,7 +112,7 @@ def _reduce_size(node: Node, seen: set) -> int:
     return inner
 
 
-class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
+class Lowerer(RowLowering, LoopNestLowering, ScatterLowering, BlockTileLowering):
     def __init__(self, kernel: ScheduledKernel, name: str, buffer_dtypes: list,
                  options: LoweringOptions | None = None):
         self.kernel = kernel
@@ -139,6 +144,8 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
         self.row_flops = 0  # row kernels: the arithmetic of the reduces run once per row
         self.lanes = 1  # outputs per outer iteration (the register tile)
         self.reduce_below: dict[int, bool] = {}  # node id → whether a reduce is under it
+        # Block-tiled matmuls (``lower_tiles``): (the reduce, its value for the lane being stored).
+        self.block_value: tuple[Node, int] | None = None
 
     # ------------------------------------------------------------------ instruction helpers
 
@@ -340,6 +347,8 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
         raise NotImplementedError(op)
 
     def emit_reduce(self, node: Node, lanes: list[Index]) -> list[int]:
+        if self.block_value is not None and node is self.block_value[0]:
+            return [self.block_value[1]] * len(lanes)
         if self.group and self.reduce_depth == 0:
             return [self.emit_group_reduce(node, lanes[0])]
         self.reduce_depth += 1
@@ -493,6 +502,12 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering):
         numel = math.prod(shape)
         inner_work = max(_reduce_size(v, set()) for v in values)
         opts = self.options
+        block = self.block_matmul(shape, values) if reduces else None
+        if block is not None:
+            global_size, group_size = self.lower_block_matmul(shape, *block)
+            return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
+                              work=numel * inner_work, bytes=sum(numel * s.value.dtype.itemsize for s in kernel.stores),
+                              flops=self.flops * numel, group_size=group_size)
         group_size = 0
         if reduces and opts.group_size > 1 and inner_work >= opts.group_min_reduce \
                 and numel <= opts.group_max_outputs:

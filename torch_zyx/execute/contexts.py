@@ -17,6 +17,7 @@ from ..codegen import cuda as cuda_renderer
 from ..codegen import llvm as llvm_renderer
 from ..codegen import opencl as opencl_renderer
 from ..codegen.lower import LoweringOptions
+from ..codegen.lower_tiles import GPU_TILES
 from ..config import CONFIG, DEBUG_DEVICES, DEBUG_SOURCE
 from ..counters import bump
 from ..dtypes import pack_scalars
@@ -109,7 +110,8 @@ def lowering_options(runtime) -> LoweringOptions:
     return LoweringOptions(group_size=group, few_group_size=few, few_outputs=runtime.compute_units,
                            group_min_reduce=256, group_max_outputs=max_outputs,
                            row_loops=not runtime.is_gpu, local_memory=runtime.local_memory,
-                           vector_width=4 if runtime.renderer in _VECTOR_RENDERERS else 1)
+                           vector_width=4 if runtime.renderer in _VECTOR_RENDERERS else 1,
+                           block_tiles=GPU_TILES if runtime.is_gpu else (), compute_units=runtime.compute_units)
 
 
 _devices: list[DeviceContext] = []

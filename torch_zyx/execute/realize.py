@@ -64,7 +64,9 @@ _plans: dict[tuple, Plan] = BoundedCache(CONFIG.cache_entries)
 
 def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
     bump("kernelizer_runs")
-    schedule = kernelize(roots, sig, device.lowering.matmul_tile)
+    # Block-tiled matmuls stage their operands in shared memory: no packed panels to read.
+    lowering = device.lowering
+    schedule = kernelize(roots, sig, None if lowering.block_tiles else lowering.matmul_tile)
     programs, kernels_ir = [], []
     for k_index, kernel in enumerate(schedule.kernels):
         dtypes_ = []

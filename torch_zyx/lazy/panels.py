@@ -65,11 +65,14 @@ PACK_MIN_REUSE = 16
 PACK_MIN_K = 32
 
 
-def pack_matmul_operands(roots: list[Node], tile: MatmulTile = DEFAULT_TILE
+def pack_matmul_operands(roots: list[Node], tile: MatmulTile | None = DEFAULT_TILE
                          ) -> tuple[list[Node], frozenset[int]]:
     """The graph with the operands of large matmul-shaped reduces read from panels for the
     device's ``tile``, and the ids of the packed values (the kernelizer stores each; they live
-    as long as the roots)."""
+    as long as the roots). ``tile`` None: nothing packed (GPUs stage operand tiles in shared
+    memory instead, codegen/lower_tiles.py)."""
+    if tile is None:
+        return roots, frozenset()
     pinned: set[int] = set()
 
     def pack(node: Node) -> Node:
@@ -119,6 +122,31 @@ def _packed_reduce(node: Node, pinned: set[int], tile: MatmulTile) -> Node:
     if not changed:
         return node
     return g.reduce("sum", g.binary("mul", operands[0], operands[1]), axes)
+
+
+def matmul_operands(node: Node) -> tuple[Node, Node] | None:
+    """(A, B) of a matmul-shaped reduce ``sum_k(A[..., m, 1, k] * B[..., 1, n, k])``: its two
+    operands as the reduce reads them (casts and broadcast to ``[..., m, n, k]`` included), A
+    the one broadcast along n; None for any other reduce."""
+    rop, axes = node.arg
+    src = node.srcs[0]
+    nd = len(src.shape)
+    if rop != "sum" or nd < 3 or axes != (nd - 1,) or src.op != "BINARY" or src.arg != "mul":
+        return None
+    first, second = (_operand(operand, src.shape) for operand in src.srcs)
+    if first is None or second is None:
+        return None
+    if first[1].shape[-2] == 1 and second[1].shape[-3] == 1:
+        return src.srcs[0], src.srcs[1]
+    if second[1].shape[-2] == 1 and first[1].shape[-3] == 1:
+        return src.srcs[1], src.srcs[0]
+    return None
+
+
+def read_stride(node: Node, axis: int) -> int | None:
+    """How far apart in memory ``node`` reads two neighbours along ``axis`` (None: from different
+    values, or not a fixed distance)."""
+    return _stride(node, axis, set())
 
 
 def _operand(node: Node, shape: tuple[int, ...]) -> tuple[list, Node] | None:

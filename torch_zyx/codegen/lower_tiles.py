@@ -1,0 +1,205 @@
+"""Lowering of matmul-shaped kernels on devices with work groups: block tiles staged in
+group-shared memory.
+
+A kernel whose only reduce is a matmul (``sum_k(A[..., m, 1, k] * B[..., 1, n, k])``,
+lazy/panels.py), with the elementwise work around it (bias, activation, residual: the
+epilogue), runs as one work group per block of ``bm x bn`` outputs. Per step of ``bk`` along
+k, the group's items copy the A block (``bm x bk``) and the B block (``bk x bn``) into shared
+memory, each element computed once (an operand may be an expression: a ReLU's gradient, a
+transposed view read in place) and read by neighbouring items at neighbouring addresses, along
+whichever axis the operand is contiguous in memory. After a barrier each item accumulates its
+register tile of ``tm x tn`` outputs from shared memory. Item (r, c) of the group's
+``(bm / tm) x (bn / tn)`` grid owns rows r, r + bm / tm, ... and columns c, c + bn / tn, ...:
+the items of a warp read neighbouring shared words (no bank conflicts) and store neighbouring
+outputs. Blocks at the edges mask their loads (zero products) and their stores.
+
+A mixin of ``lower.Lowerer``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .. import dtypes
+from ..lazy import graph as g
+from ..lazy.graph import Node
+from ..lazy.panels import matmul_operands, read_stride
+from . import symbolic as sym
+from .index import Index
+from .symbolic import Expr
+
+
+class BlockTile(NamedTuple):
+    """Outputs per work group (``bm x bn``), the k step staged per barrier (``bk``) and the
+    register tile of each item (``tm x tn``)."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+
+    @property
+    def items(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+
+# Largest first: a kernel takes the first tile that still gives every compute unit a group
+# (a 256x512 forward linear has 32 blocks of 64 x 64 but 128 of 32 x 32), else the last.
+GPU_TILES = (BlockTile(64, 64, 16, 4, 4), BlockTile(32, 32, 16, 2, 2))
+# Output rows, columns and reduced length from which a matmul is block tiled (a narrower one,
+# a 10-class classifier head, keeps the loop lowering: most of a block would be masked).
+MIN_SIDE = 32
+
+
+class BlockTileLowering:
+    """Block-tiled matmul kernels for ``lower.Lowerer`` (emission and loop helpers there)."""
+
+    def block_matmul(self, shape: tuple[int, ...], values: list[Node]) -> tuple | None:
+        """(tile, reduce, A, B) when this kernel is lowered as block tiles, else None."""
+        tiles = self.options.block_tiles
+        if not tiles or len(shape) < 2:
+            return None
+        reduces = [n for n in g.toposort(values) if n.op == "REDUCE"]
+        if len(reduces) != 1:
+            return None
+        reduce = reduces[0]
+        operands = matmul_operands(reduce)
+        src = reduce.srcs[0]
+        if operands is None or tuple(shape) not in (src.shape[:-1], reduce.shape):
+            return None
+        m, n, k = src.shape[-3:]
+        if min(m, n, k) < MIN_SIDE or not all(self._epilogue_of(v, reduce, shape, {}) for v in values):
+            return None
+        batch = math.prod(shape[:-2])
+        fitting = [t for t in tiles if (t.bm + t.bn + 2) * t.bk * src.dtype.itemsize
+                   <= (self.options.local_memory or 1 << 30)]
+        if not fitting:
+            return None
+        tile = next((t for t in fitting if batch * -(-m // t.bm) * -(-n // t.bn) >= self.options.compute_units),
+                    fitting[-1])
+        return (tile, reduce, *operands)
+
+    def _epilogue_of(self, node: Node, reduce: Node, shape: tuple[int, ...], seen: dict) -> bool:
+        """Whether ``node`` reads ``reduce`` only through elementwise ops and the reshape that
+        drops its reduced axis, if any (each output then uses the reduce at its own position)."""
+        found = seen.get(id(node))
+        if found is None:
+            if node is reduce:
+                found = reduce.shape == shape
+            elif not self.has_reduce(node):
+                found = True
+            elif node.op in g.ELEMENTWISE:
+                found = all(self._epilogue_of(s, reduce, shape, seen) for s in node.srcs)
+            else:
+                found = node.op == "RESHAPE" and node.srcs[0] is reduce and node.shape == shape
+            seen[id(node)] = found
+        return found
+
+    def lower_block_matmul(self, shape: tuple[int, ...], tile: BlockTile, reduce: Node, a: Node,
+                           b: Node) -> tuple[int, int]:
+        """(work groups, items per group) of the block-tiled kernel (module docstring)."""
+        src = reduce.srcs[0]
+        nd = len(src.shape)
+        m_size, n_size, k_size = src.shape[-3:]
+        # The output is the reduce's shape ([..., m, n, 1]) or that without its reduced axis.
+        kept = len(shape) == nd
+        batch_shape = shape[:nd - 3]
+        m_blocks, n_blocks = -(-m_size // tile.bm), -(-n_size // tile.bn)
+        blocks = math.prod(batch_shape) * m_blocks * n_blocks
+        items = tile.items
+        self.group, self.items_store = items, True
+        var = sym.Var("gidx", 0, blocks - 1)
+        rng = self.open_range(var, "start", "end")
+        self.lid = sym.Var("lid", 0, items - 1)
+        self.add("SPECIAL", dtypes.int64, (), (self.lid.name, "lid"), pure=False)
+        item_rows, item_cols = tile.bm // tile.tm, tile.bn // tile.tn
+        col = self.define("col", sym.mod(self.lid, item_cols), item_cols)
+        row = self.define("row", sym.div(self.lid, item_cols), item_rows)
+        n_block = self.define("nblk", sym.mod(var, n_blocks), n_blocks)
+        m_block = self.define("mblk", sym.mod(sym.div(var, n_blocks), m_blocks), m_blocks)
+        batch_dims: list[Expr] = []
+        inner = m_blocks * n_blocks
+        for size in reversed(batch_shape):
+            batch_dims.insert(0, sym.mod(sym.div(var, inner), size) if size > 1 else sym.Num(0))
+            inner *= size
+        m0, n0 = sym.mul(m_block, tile.bm), sym.mul(n_block, tile.bn)
+
+        cells = [[self.new_acc(reduce) for _ in range(tile.tn)] for _ in range(tile.tm)]
+        steps = -(-k_size // tile.bk)
+        k_step = self.new_var(steps)
+        k_range = self.open_range(k_step, 0, steps)
+        a_shared, a_pitch = self.stage(a, tile, tile.bm, m0, m_size, batch_dims, k_step, nd - 3)
+        b_shared, b_pitch = self.stage(b, tile, tile.bn, n0, n_size, batch_dims, k_step, nd - 2)
+        self.add("BARRIER", None, (), pure=False)
+        kk = self.new_var(tile.bk)
+        kk_range = self.open_range(kk, 0, tile.bk)
+        a_values = [self.add("LOAD", src.dtype, (a_shared, self.index(
+            sym.add(sym.mul(kk, a_pitch), sym.add(row, sym.Num(item_rows * i))))), pure=False)
+            for i in range(tile.tm)]
+        b_values = [self.add("LOAD", src.dtype, (b_shared, self.index(
+            sym.add(sym.mul(kk, b_pitch), sym.add(col, sym.Num(item_cols * j))))), pure=False)
+            for j in range(tile.tn)]
+        for i, a_value in enumerate(a_values):
+            for j, b_value in enumerate(b_values):
+                self.accumulate(reduce, cells[i][j], self.add("ALU", src.dtype, (a_value, b_value), "mul"))
+        self.close_range(kk_range)
+        self.add("BARRIER", None, (), pure=False)  # the next step overwrites the blocks
+        self.close_range(k_range)
+
+        epilogue = self.flops
+        for i in range(tile.tm):
+            for j in range(tile.tn):
+                m = sym.add(m0, sym.add(row, sym.Num(item_rows * i)))
+                n = sym.add(n0, sym.add(col, sym.Num(item_cols * j)))
+                bounds = ([sym.lt(m, m_size)] if m_size % tile.bm else []) + \
+                    ([sym.lt(n, n_size)] if n_size % tile.bn else [])
+                inside = sym.and_(*bounds) if bounds else sym.TRUE
+                guard = self.open_if(inside) if inside.key != sym.TRUE.key else None
+                self.block_value = (reduce, self.add("ACC_GET", reduce.dtype, (cells[i][j],), pure=False))
+                self.emit_stores([Index(shape, (*batch_dims, m, n, sym.Num(0)) if kept else (*batch_dims, m, n))])
+                if guard is not None:
+                    self.close_if(guard)
+        self.block_value = None
+        self.close_range(rng)
+        # Per output: a multiply and an add per k, and the epilogue's share.
+        self.flops = 2 * k_size + (self.flops - epilogue) // (tile.tm * tile.tn)
+        return blocks, items
+
+    def stage(self, operand: Node, tile: BlockTile, width: int, start: Expr, extent: int,
+              batch_dims: list[Expr], k_step: sym.Var, axis: int) -> tuple[int, int]:
+        """Copy ``operand``'s block (``width`` positions from ``start`` along ``axis``, by ``bk``
+        along k from step ``k_step``) into a new shared array: element ``kk * pitch + p``. Returns
+        (the array, its pitch)."""
+        shape = operand.shape
+        nd = len(shape)
+        k_size, items = shape[-1], tile.items
+        # Neighbouring items take neighbouring k where the operand is contiguous along k (a
+        # row-major x, a Linear weight), else neighbouring positions (a transposed operand).
+        along_k = read_stride(operand, nd - 1) == 1 or read_stride(operand, axis) != 1
+        # Along k, the items' stores land a pitch apart: one word more than the block's width
+        # spreads them over the shared memory banks.
+        pitch = width + 1 if along_k else width
+        shared = self.add("LOCAL", operand.dtype, (), tile.bk * pitch, pure=False)
+        other = nd - 2 if axis == nd - 3 else nd - 3
+        for r in range(width * tile.bk // items):
+            element = sym.add(self.lid, sym.Num(r * items))
+            if along_k:
+                position, kk = sym.div(element, tile.bk), sym.mod(element, tile.bk)
+            else:
+                position, kk = sym.mod(element, width), sym.div(element, width)
+            at, k = sym.add(start, position), sym.add(sym.mul(k_step, tile.bk), kk)
+            bounds = ([sym.lt(at, extent)] if extent % width else []) + \
+                ([sym.lt(k, k_size)] if k_size % tile.bk else [])
+            valid = sym.and_(*bounds) if bounds else sym.TRUE
+            dims: list[Expr] = [*batch_dims, sym.Num(0), sym.Num(0), k]
+            dims[axis], dims[other] = at, sym.Num(0)
+            (value,) = self.emit(operand, [Index(shape, tuple(dims), valid=valid)])
+            if valid.key != sym.TRUE.key:
+                # Masked loads read zeros, but an expression of them need not be zero (exp(0)).
+                value = self.add("WHERE", operand.dtype, (self.index(valid), value,
+                                                           self.const(0, operand.dtype)))
+            self.add("STORE", None, (shared, self.index(sym.add(sym.mul(kk, pitch), position)), value),
+                     pure=False)
+        return shared, pitch
