@@ -21,8 +21,8 @@ from torch_zyx.execute.contexts import devices
 
 @pytest.fixture
 def tiled():
-    """zyx:0 with block tiles on (``compute_units`` chooses the tile: 4 takes 64 x 64 blocks for
-    any output of 128 x 128 or more); skips on a device without work groups."""
+    """zyx:0 with block tiles on (``compute_units`` chooses the tile: 4 takes 128 x 128 blocks for
+    outputs of 256 x 512 or more, 64 x 64 from 128 x 128); skips on a device without work groups."""
     context = devices()[0]
     if not context.lowering.group_size:
         pytest.skip(f"block tiles need a device with work groups (OpenCL, CUDA); zyx:0 is "
@@ -44,6 +44,7 @@ def _rand(*shape, dtype=torch.float32):
 _rand.gen = torch.Generator().manual_seed(0)
 
 CASES = [
+    ("128x128 tiles", lambda a, b: a @ b, ((256, 40), (40, 512))),
     ("64x64 tiles", lambda a, b: a @ b, ((128, 64), (64, 256))),
     ("edges in m, n and k", lambda a, b: a @ b, ((100, 45), (45, 70))),
     ("linear + relu epilogue", lambda x, w, b: torch.relu(F.linear(x, w, b)), ((96, 80), (48, 80), (48,))),

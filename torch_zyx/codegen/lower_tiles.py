@@ -46,8 +46,9 @@ class BlockTile(NamedTuple):
 
 
 # Largest first: a kernel takes the first tile that still gives every compute unit a group
-# (a 256x512 forward linear has 32 blocks of 64 x 64 but 128 of 32 x 32), else the last.
-GPU_TILES = (BlockTile(64, 64, 16, 4, 4), BlockTile(32, 32, 16, 2, 2))
+# (a 256x512 forward linear has 32 blocks of 64 x 64 but 128 of 32 x 32), else the last. An
+# item's tm x tn products per k take tm + tn shared loads: 8 x 8 is 4 multiply-adds a load.
+GPU_TILES = (BlockTile(128, 128, 8, 8, 8), BlockTile(64, 64, 16, 4, 4), BlockTile(32, 32, 16, 2, 2))
 # Output rows, columns and reduced length from which a matmul is block tiled (a narrower one,
 # a 10-class classifier head, keeps the loop lowering: most of a block would be masked).
 MIN_SIDE = 32
