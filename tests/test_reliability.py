@@ -100,6 +100,11 @@ def test_memory_limit_setting_forms():
     assert Config().memory_limit_bytes(8 << 30) == 0
 
 
+# torch_zyx imported by name: a checkout run from PYTHONPATH has no entry point for torch's
+# device autoload to find.
+_ONES_PLUS_ONE = "import torch, torch_zyx; print((torch.ones(3, device='zyx') + 1).cpu().tolist())"
+
+
 @pytest.mark.parametrize("setting, value, expected", [
     ("ZYX_MEMORY_LIMIT", "lots", "ZYX_MEMORY_LIMIT='lots': expected bytes"),
     ("ZYX_MEMORY_LIMIT", "1.5", "ZYX_MEMORY_LIMIT='1.5': expected bytes"),
@@ -108,7 +113,7 @@ def test_memory_limit_setting_forms():
 ])
 def test_an_invalid_setting_gives_one_clear_message_then_the_default(setting, value, expected):
     env = dict(os.environ, ZYX_BACKENDS="cpu", **{setting: value})
-    program = "import torch; print((torch.ones(3, device='zyx') + 1).cpu().tolist())"
+    program = _ONES_PLUS_ONE
     result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
                             timeout=300, check=False)
     assert result.returncode == 0 and "[2.0, 2.0, 2.0]" in result.stdout, result.stderr[-2000:]
@@ -120,7 +125,7 @@ def test_a_broken_config_file_gives_one_clear_message(tmp_path):
     (tmp_path / "zyx" / "config.json").write_text("{backends: cpu")  # not JSON
     env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path))
     env.pop("ZYX_BACKENDS", None)
-    program = "import torch; print((torch.ones(3, device='zyx') + 1).cpu().tolist())"
+    program = _ONES_PLUS_ONE
     result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
                             timeout=300, check=False)
     assert result.returncode == 0 and "[2.0, 2.0, 2.0]" in result.stdout, result.stderr[-2000:]
