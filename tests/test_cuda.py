@@ -146,6 +146,8 @@ def _cases():
         # Block tiles staged in shared memory (codegen/lower_tiles.py), with masked edge blocks,
         # operands read along k or along their rows (transposed), an epilogue and a batch.
         ("block-tiled matmul", lambda a, w, b: torch.relu(a @ w + b), (rand(70, 45), rand(45, 100), rand(100))),
+        # 144 blocks of 64 x 64 (4 x 4 per item: each run of four rows one float4 shared load).
+        ("block-tiled 64x64", lambda a, b: a @ b, (rand(768, 32), rand(32, 768))),
         ("block-tiled transposed", lambda a, b: (a.t() @ b.t(), torch.matmul(a.t().expand(2, 66, 40), b.t()[None])),
          (rand(40, 66), rand(33, 40))),
         ("random", lambda a: (torch.rand_like(a), F.dropout(a, 0.5) + torch.rand(a.shape, device=a.device)),
@@ -243,7 +245,7 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     chain = sources["gelu sigmoid chain f32"]
     assert 'extern "C" __global__ void' in chain and "x_gidx += ((long long)gridDim.x * blockDim.x)" in chain
     rows = sources["softmax rows"]
-    assert "__launch_bounds__(256)" in rows and "__shfl_down_sync" in rows and "__shared__ float" in rows
+    assert "__launch_bounds__(256)" in rows and "__shfl_down_sync" in rows and "__shared__ __align__(16) float" in rows
     # Each tree reduction: two barriers (after the warps, after the first warp), not log2(256).
     trees = rows.count("% 32L == 0)")
     assert trees >= 2 and rows.count("__syncthreads();") == 2 * trees
@@ -256,12 +258,14 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     assert "float4" not in sources["gelu sigmoid chain f32"]  # 37 x 45 elements: one per iteration
     columns = sources["column tiles"]
     assert "x_col" in columns and "x_rlane" in columns and "x_col" not in rows
-    # Block tiles: an A and a B block in shared memory per k step, between two barriers; the
+    # Block tiles: an A and a B block in shared memory, staged before the k loop (a barrier) and
+    # the next step's loaded before each step's products, stored between two barriers; the
     # matmul's epilogue (bias, ReLU) in the same kernel; no packing kernels before it.
     tiled = sources["block-tiled matmul"]
     assert len(h200_kernels[[r.name for r in h200_kernels].index("block-tiled matmul")].sources) == 1
-    assert tiled.count("__shared__ float") == 2 and tiled.count("__syncthreads();") == 2 and "x_mblk" in tiled
+    assert tiled.count("__shared__ __align__(16) float") == 2 and tiled.count("__syncthreads();") == 3 and "x_mblk" in tiled
     assert "x_mblk" in sources["block-tiled transposed"] and "x_mblk" not in sources["bmm"]  # 9 x 5: too small
+    assert "*((const float4*)(lm" in sources["block-tiled 64x64"] and "float4" not in tiled  # 2 x 2 per item
 
 
 @needs_nvrtc
@@ -365,6 +369,7 @@ extern "C" void zyx_run(unsigned grid, unsigned block, void (*body)(void*), void
 #define __forceinline__ inline
 #define __launch_bounds__(n)
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 #define __syncthreads() zyx_syncthreads()
 template <class T> static T __shfl_down_sync(unsigned, T v, int offset) {
   static_assert(sizeof(T) <= 8, "");

@@ -259,8 +259,9 @@ class CStyleRenderer:
     # ------------------------------------------------------------------ vector accesses
 
     def vector_runs(self) -> dict[int, tuple[int, ...]]:
-        """Runs of four global LOADs (or STOREs) of one buffer at neighbouring elements, the
-        first element a multiple of four, with nothing between them that could order memory
+        """Runs of four global LOADs (or STOREs) of one buffer at neighbouring elements, or four
+        LOADs of a float shared array (the renderer aligns those to a vector), the first
+        element a multiple of four, with nothing between them that could order memory
         differently (a loop or block boundary, a barrier, a store between the loads, a load
         between the stores): each member instruction → the run's instructions."""
         lang, instrs = self.lang, self.kernel.instrs
@@ -273,14 +274,16 @@ class CStyleRenderer:
             if op in ("RANGE", "ENDRANGE", "IF", "ENDIF", "BARRIER", "SPECIAL", "DEFINE"):
                 open_runs.clear()
                 continue
-            if op not in ("LOAD", "STORE") or instrs[ins.srcs[0]].op == "LOCAL":
+            shared = instrs[ins.srcs[0]].op == "LOCAL" if op in ("LOAD", "STORE") else False
+            if op not in ("LOAD", "STORE") or (shared and (op == "STORE" or self.local_type(ins.dtype) != "float")):
                 continue
             # A store ends every run of loads, a load every run of stores.
             other = "STORE" if op == "LOAD" else "LOAD"
             for key in [key for key in open_runs if key[0] == other]:
                 del open_runs[key]
             dtype = ins.dtype if op == "LOAD" else instrs[ins.srcs[2]].dtype
-            if (op == "LOAD" and len(ins.srcs) > 2) or lang.memory_type[dtype.name] not in lang.vector_types:
+            mtype = "float" if shared else lang.memory_type[dtype.name]
+            if (op == "LOAD" and len(ins.srcs) > 2) or mtype not in lang.vector_types:
                 continue
             key, index = (op, ins.srcs[0]), instrs[ins.srcs[1]].arg
             run = open_runs.get(key, [])
@@ -302,14 +305,15 @@ class CStyleRenderer:
     def vector_load(self, i: int, ins: Instr, run: tuple[int, ...], instrs: list[Instr]) -> None:
         """A member of a run of loads: the first loads the vector, each takes its element."""
         lang = self.lang
-        mtype = lang.memory_type[ins.dtype.name]
+        shared = instrs[ins.srcs[0]].op == "LOCAL"  # (holds floats already: local_type)
+        mtype = "float" if shared else lang.memory_type[ins.dtype.name]
         vector = f"vv{run[0]}"
         if i == run[0]:
             vtype = lang.vector_types[mtype]
             self.line(f"const {vtype} {vector} = " + lang.vector_load.format(
                 vtype=vtype, buf=self.values[ins.srcs[0]], idx=self.values[ins.srcs[1]]) + ";")
         element = f"{vector}.{'xyzw'[run.index(i)]}"
-        fmt = lang.from_memory.get(ins.dtype.name, "{x}")
+        fmt = "{x}" if shared else lang.from_memory.get(ins.dtype.name, "{x}")
         self.values[i] = self.declare(i, ins.dtype, fmt.format(x=element))
 
     def vector_store(self, i: int, run: tuple[int, ...], instrs: list[Instr]) -> None:

@@ -102,7 +102,8 @@ CUDA = Language(
     group_id="((long long)blockIdx.x)",
     local_id="((long long)threadIdx.x)",
     barrier="__syncthreads();",
-    local_decl="__shared__ {type} {name}[{size}];",
+    # Aligned for the float4 loads of four neighbouring elements (``vector_runs``).
+    local_decl="__shared__ __align__(16) {type} {name}[{size}];",
     # The block size of a grouped kernel; the runtime launches blocks of exactly this size
     # (runtime/cuda.py reads it back from the source).
     group_attribute="__launch_bounds__({size})",

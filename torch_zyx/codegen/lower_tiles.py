@@ -9,9 +9,10 @@ memory, each element computed once (an operand may be an expression: a ReLU's gr
 transposed view read in place) and read by neighbouring items at neighbouring addresses, along
 whichever axis the operand is contiguous in memory. After a barrier each item accumulates its
 register tile of ``tm x tn`` outputs from shared memory. Item (r, c) of the group's
-``(bm / tm) x (bn / tn)`` grid owns rows r, r + bm / tm, ... and columns c, c + bn / tn, ...:
-the items of a warp read neighbouring shared words (no bank conflicts) and store neighbouring
-outputs. Blocks at the edges mask their loads (zero products) and their stores.
+``(bm / tm) x (bn / tn)`` grid owns ``tm / 4`` runs of four neighbouring rows, 4r.. and
+4r + bm / (tm / 4).. (each run one vector load from shared memory: a quarter of the load
+instructions), and likewise columns; a tile narrower than four owns rows r, r + bm / tm, ....
+The items of a warp read neighbouring shared words (no bank conflicts). Blocks at the edges mask their loads (zero products) and their stores.
 
 A mixin of ``lower.Lowerer``.
 """
@@ -129,31 +130,39 @@ class BlockTileLowering:
 
         cells = [[self.new_acc(reduce) for _ in range(tile.tn)] for _ in range(tile.tm)]
         steps = -(-k_size // tile.bk)
+        blocks_of = [_Block(self, a, tile, tile.bm, m0, m_size, batch_dims, nd - 3),
+                     _Block(self, b, tile, tile.bn, n0, n_size, batch_dims, nd - 2)]
+        (a_shared, a_pitch), (b_shared, b_pitch) = ((blk.shared, blk.pitch) for blk in blocks_of)
+        # Step 0 is staged before the loop. Each step loads the next one's blocks into registers
+        # first, so that their latency passes behind this step's products, and stores them into
+        # shared memory once every item is done reading it.
+        for blk in blocks_of:
+            blk.store(blk.load(sym.Num(0)))
+        self.add("BARRIER", None, (), pure=False)
         k_step = self.new_var(steps)
         k_range = self.open_range(k_step, 0, steps)
-        a_shared, a_pitch = self.stage(a, tile, tile.bm, m0, m_size, batch_dims, k_step, nd - 3)
-        b_shared, b_pitch = self.stage(b, tile, tile.bn, n0, n_size, batch_dims, k_step, nd - 2)
-        self.add("BARRIER", None, (), pure=False)
+        following = [blk.load(sym.add(k_step, sym.Num(1))) for blk in blocks_of]
         kk = self.new_var(tile.bk)
         kk_range = self.open_range(kk, 0, tile.bk)
-        a_values = [self.add("LOAD", src.dtype, (a_shared, self.index(
-            sym.add(sym.mul(kk, a_pitch), sym.add(row, sym.Num(item_rows * i))))), pure=False)
-            for i in range(tile.tm)]
-        b_values = [self.add("LOAD", src.dtype, (b_shared, self.index(
-            sym.add(sym.mul(kk, b_pitch), sym.add(col, sym.Num(item_cols * j))))), pure=False)
-            for j in range(tile.tn)]
+        rows, cols = _owned(row, tile.tm, item_rows), _owned(col, tile.tn, item_cols)
+        a_values = [self.add("LOAD", src.dtype, (a_shared, self.index(sym.add(sym.mul(kk, a_pitch), r))),
+                             pure=False) for r in rows]
+        b_values = [self.add("LOAD", src.dtype, (b_shared, self.index(sym.add(sym.mul(kk, b_pitch), c))),
+                             pure=False) for c in cols]
         for i, a_value in enumerate(a_values):
             for j, b_value in enumerate(b_values):
                 self.accumulate(reduce, cells[i][j], self.add("ALU", src.dtype, (a_value, b_value), "mul"))
         self.close_range(kk_range)
-        self.add("BARRIER", None, (), pure=False)  # the next step overwrites the blocks
+        self.add("BARRIER", None, (), pure=False)
+        for blk, values in zip(blocks_of, following):
+            blk.store(values)
+        self.add("BARRIER", None, (), pure=False)
         self.close_range(k_range)
 
         epilogue = self.flops
         for i in range(tile.tm):
             for j in range(tile.tn):
-                m = sym.add(m0, sym.add(row, sym.Num(item_rows * i)))
-                n = sym.add(n0, sym.add(col, sym.Num(item_cols * j)))
+                m, n = sym.add(m0, rows[i]), sym.add(n0, cols[j])
                 bounds = ([sym.lt(m, m_size)] if m_size % tile.bm else []) + \
                     ([sym.lt(n, n_size)] if n_size % tile.bn else [])
                 inside = sym.and_(*bounds) if bounds else sym.TRUE
@@ -168,39 +177,60 @@ class BlockTileLowering:
         self.flops = 2 * k_size + (self.flops - epilogue) // (tile.tm * tile.tn)
         return blocks, items
 
-    def stage(self, operand: Node, tile: BlockTile, width: int, start: Expr, extent: int,
-              batch_dims: list[Expr], k_step: sym.Var, axis: int) -> tuple[int, int]:
-        """Copy ``operand``'s block (``width`` positions from ``start`` along ``axis``, by ``bk``
-        along k from step ``k_step``) into a new shared array: element ``kk * pitch + p``. Returns
-        (the array, its pitch)."""
-        shape = operand.shape
-        nd = len(shape)
-        k_size, items = shape[-1], tile.items
+
+class _Block:
+    """One operand's block in shared memory: ``width`` positions from ``start`` along ``axis``
+    (of ``extent``) by ``bk`` along k, element ``kk * pitch + position``."""
+
+    def __init__(self, lowerer: BlockTileLowering, operand: Node, tile: BlockTile, width: int, start: Expr,
+                 extent: int, batch_dims: list[Expr], axis: int):
+        self.lowerer, self.operand, self.tile = lowerer, operand, tile
+        self.width, self.start, self.extent, self.batch_dims, self.axis = width, start, extent, batch_dims, axis
+        nd = len(operand.shape)
         # Neighbouring items take neighbouring k where the operand is contiguous along k (a
         # row-major x, a Linear weight), else neighbouring positions (a transposed operand).
-        along_k = read_stride(operand, nd - 1) == 1 or read_stride(operand, axis) != 1
-        # Along k, the items' stores land a pitch apart: one word more than the block's width
-        # spreads them over the shared memory banks.
-        pitch = width + 1 if along_k else width
-        shared = self.add("LOCAL", operand.dtype, (), tile.bk * pitch, pure=False)
-        other = nd - 2 if axis == nd - 3 else nd - 3
+        self.along_k = read_stride(operand, nd - 1) == 1 or read_stride(operand, axis) != 1
+        # Along k, the items' stores land a pitch apart: four words more than the block's width
+        # spread them over the shared memory banks (and keep rows aligned for vector loads).
+        self.pitch = width + 4 if self.along_k else width
+        self.shared = lowerer.add("LOCAL", operand.dtype, (), tile.bk * self.pitch, pure=False)
+
+    def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
+        """This item's elements of step ``k_step``'s block: (shared position, value) pairs."""
+        low, operand, tile = self.lowerer, self.operand, self.tile
+        shape, items, width = operand.shape, tile.items, self.width
+        nd = len(shape)
+        other = nd - 2 if self.axis == nd - 3 else nd - 3
+        out = []
         for r in range(width * tile.bk // items):
-            element = sym.add(self.lid, sym.Num(r * items))
-            if along_k:
+            element = sym.add(low.lid, sym.Num(r * items))
+            if self.along_k:
                 position, kk = sym.div(element, tile.bk), sym.mod(element, tile.bk)
             else:
                 position, kk = sym.mod(element, width), sym.div(element, width)
-            at, k = sym.add(start, position), sym.add(sym.mul(k_step, tile.bk), kk)
-            bounds = ([sym.lt(at, extent)] if extent % width else []) + \
-                ([sym.lt(k, k_size)] if k_size % tile.bk else [])
-            valid = sym.and_(*bounds) if bounds else sym.TRUE
-            dims: list[Expr] = [*batch_dims, sym.Num(0), sym.Num(0), k]
-            dims[axis], dims[other] = at, sym.Num(0)
-            (value,) = self.emit(operand, [Index(shape, tuple(dims), valid=valid)])
+            at, k = sym.add(self.start, position), sym.add(sym.mul(k_step, tile.bk), kk)
+            valid = sym.and_(*([sym.lt(at, self.extent)] if self.extent % width else []),
+                             sym.lt(k, shape[-1]))
+            dims: list[Expr] = [*self.batch_dims, sym.Num(0), sym.Num(0), k]
+            dims[self.axis], dims[other] = at, sym.Num(0)
+            (value,) = low.emit(operand, [Index(shape, tuple(dims), valid=valid)])
             if valid.key != sym.TRUE.key:
                 # Masked loads read zeros, but an expression of them need not be zero (exp(0)).
-                value = self.add("WHERE", operand.dtype, (self.index(valid), value,
-                                                           self.const(0, operand.dtype)))
-            self.add("STORE", None, (shared, self.index(sym.add(sym.mul(kk, pitch), position)), value),
-                     pure=False)
-        return shared, pitch
+                value = low.add("WHERE", operand.dtype, (low.index(valid), value, low.const(0, operand.dtype)))
+            out.append((sym.add(sym.mul(kk, self.pitch), position), value))
+        return out
+
+    def store(self, values: list[tuple[Expr, int]]) -> None:
+        low = self.lowerer
+        for position, value in values:
+            low.add("STORE", None, (self.shared, low.index(position), value), pure=False)
+
+
+def _owned(item: Expr, count: int, items: int) -> list[Expr]:
+    """The ``count`` positions (rows or columns of its block) that the item at ``item`` of
+    ``items`` along that side owns: runs of four neighbours, ``4 * items`` apart, or for fewer
+    than four positions every ``items``-th one."""
+    if count % 4:
+        return [sym.add(item, sym.Num(items * i)) for i in range(count)]
+    start = sym.mul(item, 4)
+    return [sym.add(start, sym.Num(4 * items * (i // 4) + i % 4)) for i in range(count)]
