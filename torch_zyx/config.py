@@ -89,7 +89,9 @@ class Config:
     threads: int = 1
     max_pending: int = 10000
     cache_dir: Path = field(default_factory=_cache_dir)
-    autotune: bool = False
+    # ZYX_AUTOTUNE: 0 heuristics only, 1 search each kernel's lowering choices when first
+    # compiled, 2 a wider search (execute/autotune.py); config.json's "autotune".
+    autotune: int = 0
     disk_cache: bool = True
     cpu_team: str = "openmp"
     vector_bits: int = 0
@@ -117,7 +119,7 @@ def _load() -> Config:
         cpu_fallback=_env_int("ZYX_CPU_FALLBACK", 1) != 0,
         threads=max(1, _env_int("ZYX_THREADS", os.cpu_count() or 1)),
         max_pending=max(16, _env_int("ZYX_MAX_PENDING", 10000)),
-        autotune=_env_int("ZYX_AUTOTUNE", 0) != 0,
+        autotune=min(2, max(0, _env_int("ZYX_AUTOTUNE", 0))),
         disk_cache=_env_int("ZYX_DISK_CACHE", 1) != 0,
         cpu_team=_env_choice("ZYX_CPU_TEAM", "openmp", ("openmp", "native", "python")),
         vector_bits=max(0, _env_int("ZYX_VECTOR_BITS", 0)),
@@ -131,7 +133,7 @@ def _load() -> Config:
         try:
             data = json.loads(path.read_text())
             file_backends = data.get("backends")
-            config.autotune = bool(data.get("autotune", config.autotune))
+            config.autotune = min(2, max(0, int(data.get("autotune", config.autotune))))
         except (OSError, ValueError, AttributeError) as exc:
             log.warning("zyx: ignoring the config file %s: %s (expected a JSON object such as "
                         "{\"backends\": [\"cpu\"], \"autotune\": false})", path, exc)

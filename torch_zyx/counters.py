@@ -8,7 +8,9 @@ NAMES = ("kernels_launched", "kernels_compiled", "realizations", "schedule_cache
          # be one plan and ran op by op.
          "compiled_plans", "compile_fallbacks",
          # Entries the bounded caches dropped (execute/cache.py, ZYX_CACHE_ENTRIES).
-         "cache_evictions")
+         "cache_evictions",
+         # ZYX_AUTOTUNE (execute/autotune.py): kernels searched, and found in the stored results.
+         "autotune_searches", "autotune_cache_hits")
 
 _values = dict.fromkeys(NAMES, 0)
 

@@ -20,6 +20,7 @@ from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..lazy.kernelize import GraphSignature, Schedule, kernelize
 from ..memory.buffer import Buffer
+from . import autotune
 from .cache import BoundedCache
 from .contexts import DeviceContext
 
@@ -88,8 +89,11 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
             (kernel.slots.index(("tmp", st.target)), st.value, st.view) for st in kernel.stores))
         cached = _lowered.get(lower_key)
         if cached is None:
-            loop = lower(kernel, "zyx_kernel", dtypes_, device.lowering)
-            source = device.render(loop, **device.render_options)
+            if CONFIG.autotune:
+                loop, source = autotune.tuned(device, kernel, dtypes_, sig, schedule)
+            else:
+                loop = lower(kernel, "zyx_kernel", dtypes_, device.lowering)
+                source = device.render(loop, **device.render_options)
             # The name comes from the source, so identical kernels of different graphs share one program.
             loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
             # "zyx_kernel(" names the kernel in every renderer's output
