@@ -403,3 +403,17 @@ def test_cuda_tensors_run_in_place_in_torch_stream_order():
         model.eval()
         ref.eval()
         close(cmodel(data.to(cuda)).cpu(), ref(data), 1e-4)
+
+
+def test_constants_made_inside_a_traced_function():
+    """torch.masked makes its identity values with ``torch.tensor(..., device=x.device)`` inside the
+    traced function: torch creates those below the fake and proxy modes as real zyx tensors, which
+    must become traced constants (they met fake tensors and raised a device mismatch)."""
+    x, m = torch.randn(6, 7), torch.randn(6, 7) > 0
+    for op in (torch.masked.amax, torch.masked.softmax, torch.masked.logsumexp):
+        torch._dynamo.reset()
+        fn, counter = compiled(lambda a, b, op=op: op(a, 1, mask=b))
+        torch_zyx.reset_counters()
+        close(fn(x.to("zyx"), m.to("zyx")), op(x, 1, mask=m))
+        counts = torch_zyx.counters()
+        assert counter.frame_count == 1 and counts["compiled_plans"] == 1 and counts["compile_fallbacks"] == 0

@@ -9,6 +9,7 @@ import math
 import sys
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ... import dtypes
 from ...lazy import graph as g
@@ -218,7 +219,18 @@ def clone(x, memory_format=None):
 
 @register(aten.lift_fresh.default, aten.lift_fresh_copy.default)
 def lift_fresh(x):
-    return x if isinstance(x, ZyxTensor) else wrap(from_cpu(x, device_of(x) or _device(0)), _device(0))
+    if isinstance(x, ZyxTensor):
+        if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None:
+            # A constant made while a function is traced with fake tensors (``torch.tensor(-inf,
+            # device=x.device)`` in torch.masked): torch made it a real zyx tensor below the
+            # modes, which decline subclasses, so it would stay untracked and meet fake tensors.
+            # Lifted as CPU torch would lift it (a constant the tracer records, its fake made by
+            # the fake mode), then moved to the device by a recorded copy.
+            with _disable_current_modes():  # (its values: a real CPU tensor, not a fake one)
+                values = to_cpu(x)
+            return torch.ops.aten.lift_fresh.default(values).to(x.device)
+        return x
+    return wrap(from_cpu(x, device_of(x) or _device(0)), _device(0))
 
 
 @register(aten._local_scalar_dense.default)
