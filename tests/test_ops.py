@@ -817,6 +817,12 @@ ARGUMENT_ERROR_CASES = {
                                                                                        device=a.device)),
     "frac of integers": lambda a, i: torch.frac(i),
     "bitwise_not of floats": lambda a, i: torch.bitwise_not(a),
+    "abs of bool": lambda a, i: torch.abs(a > 0),
+    "ceil of bool": lambda a, i: torch.ceil(a > 0),
+    "floor of bool": lambda a, i: (a > 0).floor(),
+    "round of bool": lambda a, i: torch.round(a > 0),
+    "trunc of bool": lambda a, i: torch.trunc(a > 0),
+    "fix of bool": lambda a, i: torch.fix(a > 0),
 }
 
 

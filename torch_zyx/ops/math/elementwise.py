@@ -238,9 +238,21 @@ def _kernel_for(name: str, x: Node, floats: bool) -> Node:
     return x
 
 
+def _not_bool(kernel: str, x: Node) -> Node:
+    """``x``, unless it is bool: CPU torch's ``kernel`` has no bool version (NotImplementedError)."""
+    if x.dtype.kind == "b":
+        raise unsupported(f"\"{kernel}\" not implemented for 'Bool'")
+    return x
+
+
+def _rounding(op: str):
+    """floor, ceil, trunc, round: the identity on integers, none on bool (as CPU torch's)."""
+    return lambda x: u(op, x) if x.dtype.is_float else _not_bool(f"{op}_vml_cpu", x)
+
+
 UNARY = {
     # aten name: (function of node, promotion kind)
-    "abs": (lambda x: u("abs", x), PROMOTE_DEFAULT),
+    "abs": (lambda x: u("abs", _not_bool("abs_cpu", x)), PROMOTE_DEFAULT),
     "neg": (neg, PROMOTE_DEFAULT),
     "exp": (lambda x: u("exp", x), PROMOTE_INT_TO_FLOAT),
     "exp2": (lambda x: u("exp2", x), PROMOTE_INT_TO_FLOAT),
@@ -270,10 +282,10 @@ UNARY = {
     "reciprocal": (lambda x: u("recip", x), PROMOTE_INT_TO_FLOAT),
     "relu": (relu, PROMOTE_DEFAULT),
     "silu": (lambda x: mul(x, sigmoid(x)), PROMOTE_INT_TO_FLOAT),
-    "floor": (lambda x: u("floor", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
-    "ceil": (lambda x: u("ceil", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
-    "trunc": (lambda x: u("trunc", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
-    "round": (lambda x: u("round", x) if x.dtype.is_float else x, PROMOTE_DEFAULT),
+    "floor": (_rounding("floor"), PROMOTE_DEFAULT),
+    "ceil": (_rounding("ceil"), PROMOTE_DEFAULT),
+    "trunc": (_rounding("trunc"), PROMOTE_DEFAULT),
+    "round": (_rounding("round"), PROMOTE_DEFAULT),
     "frac": (lambda x: sub(_kernel_for("frac", x, floats=True), u("trunc", x)), PROMOTE_DEFAULT),
     "sign": (sign, PROMOTE_DEFAULT),
     "sgn": (sign, PROMOTE_DEFAULT),
