@@ -895,3 +895,12 @@ def test_negative_sizes_raise_assertions_in_the_node_table():
     for shape in [(-1,), (-4,), (2, -2)]:
         with pytest.raises(AssertionError):
             g.reshape(g.iota((4,)), shape)
+
+
+def test_whole_reduction_of_more_than_64_dims():
+    """ATen reduces a tensor of over 64 dims whole (dim=None) and refuses a dim list for it."""
+    x = make((2, 3) + (1,) * 63, torch.float32)
+    for fn in (torch.sum, torch.amax, torch.mean, lambda t: t.sum(dim=[])):
+        torch.testing.assert_close(fn(x.to("zyx")).cpu(), fn(x))
+    with pytest.raises(RuntimeError, match="^only tensors with up to 64 dims are supported$"):
+        x.to("zyx").sum(0)

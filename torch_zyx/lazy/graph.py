@@ -73,7 +73,7 @@ unary = nodes.unary
 binary = nodes.binary
 where = nodes.where
 cast = nodes.cast
-reduce = nodes.reduce
+_reduce = nodes.reduce
 reshape = nodes.reshape
 expand = nodes.expand
 shrink = nodes.shrink
@@ -84,6 +84,22 @@ _const_like = nodes.const_like  # CONST x at another shape
 # Recording builds a few nodes per aten op, so these avoid redundant work: arguments that are
 # tuples of ints or strings are keyed as they are (``_intern``), strides of contiguous shapes
 # are memoized, and CONST nodes are built at their final shape directly.
+
+
+def reduce(op: str, x: Node, axes: tuple[int, ...]) -> Node:
+    """``op`` over ``axes`` of ``x``, keeping them as size 1. A node keeps its reduced axes in a
+    64-bit mask: more of them (a whole reduction of a tensor of over 64 dims, which ATen allows)
+    are moved last and merged into one first."""
+    try:
+        return _reduce(op, x, axes)
+    except ValueError:
+        if len(axes) <= 64:
+            raise
+    reduced = sorted({a % len(x.shape) for a in axes})
+    keep = [i for i in range(len(x.shape)) if i not in reduced]
+    moved = permute(x, tuple(keep + reduced)) if keep else x
+    merged = reshape(moved, tuple(x.shape[i] for i in keep) + (math.prod(x.shape[i] for i in reduced),))
+    return reshape(_reduce(op, merged, (len(keep),)), tuple(1 if i in reduced else s for i, s in enumerate(x.shape)))
 
 
 def buffer(handle: Any, dtype: DType, numel: int) -> Node:

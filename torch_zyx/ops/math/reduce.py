@@ -28,7 +28,7 @@ def norm_dims(x, dim) -> tuple[int, ...]:
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return tuple(range(nd))
     if nd > 64:
-        raise RuntimeError(f"only tensors with up to 64 dims are supported, got {nd}")
+        raise RuntimeError("only tensors with up to 64 dims are supported")
     if isinstance(dim, int):
         dim = [dim]
     if nd == 0:
