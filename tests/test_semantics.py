@@ -527,16 +527,37 @@ def test_index_error_surfaces_at_the_next_synchronization_once():
     # Raised once; the device goes on.
     assert x[torch.tensor([-1], device="zyx")].item() == 5.0
     del y
-    # A result dropped at once still had a bad index: the next realization on the device raises.
+    # A result dropped at once still had a bad index: not raised by the values that do not
+    # depend on it, but by the next synchronization.
     x[torch.tensor([9], device="zyx")]
+    assert (x + 1).cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     with pytest.raises(IndexError, match="index 9 "):
-        (x + 1).cpu()
+        torch.zyx.synchronize()
     # Of two bad ops, the one recorded first is the one reported.
     a = torch.gather(x, 0, torch.tensor([8], device="zyx"))
     b = torch.gather(x, 0, torch.tensor([6], device="zyx"))
     with pytest.raises(RuntimeError, match="index 8 is out of bounds"):
         (a + b).cpu()
     assert (x * 2).cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+def test_index_error_belongs_to_the_values_computed_from_the_bad_op():
+    """Realized in one graph with unrelated work, a failed check raises at reads of the op's
+    result and of values computed from it (then or later), not at reads of the others."""
+    w = torch.randn(10, 3, device="zyx")
+    bad = w[torch.tensor([1, 12], device="zyx")]
+    unrelated = w.sum(0) * 2
+    assert unrelated.cpu().shape == (3,)  # realizes bad too, in the same graph
+    for read in (lambda: bad.cpu(), lambda: bad[0].tolist(), lambda: (bad.sum() + 1).item()):
+        with pytest.raises(IndexError, match="index 12 is out of bounds for dimension 0 with size 10"):
+            read()
+    divided = torch.arange(6, device="zyx") // torch.tensor([1, 0, 1, 1, 1, 1], device="zyx")
+    assert (w + 1).cpu().shape == (10, 3)  # computes divided too: its buffer holds the error
+    later = divided * 2  # computed from that buffer
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        later.cpu()
+    assert (w * 2).cpu().shape == (10, 3)
+    torch.zyx.synchronize()  # nothing left over
 
 
 def _expanded(v):

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..lazy import graph as g
 from ..lazy.graph import Node
-from .checks import pending_checks, restore_checks, take_checks
+from .checks import pending_checks, restore_checks, take_checks, unbound
 
 if TYPE_CHECKING:
     from .tensor import Storage
@@ -123,6 +124,16 @@ def reraise_deferred(exc: NotImplementedError) -> None:
         raise exc
 
 
+# Buffers whose values were computed from an input that failed a check (checks.py) → the error
+# reading them raises (``Storage.realize``); a value computed from such a buffer later inherits it.
+poisoned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Errors of failed checks none of whose values was realized (all dropped): the next
+# ``synchronize`` raises them.
+_orphans: list[BaseException] = []
+# ``realize_all``'s reader when nothing is read (the pending-graph limit): no error raised then.
+BACKGROUND = object()
+
+
 def raise_deferred() -> None:
     if torch._C._current_autograd_node() is None:
         error = deferred_errors[0]
@@ -130,13 +141,15 @@ def raise_deferred() -> None:
         raise error
 
 
-def realize_all(device=None) -> None:
+def realize_all(device=None, reader=None) -> None:
     """Realize every pending storage (of ``device`` only, when given) together, with the index
-    checks pending there (checks.py); raise the first of those that failed."""
+    checks pending there (checks.py). ``reader``: the storage being read, whose failed checks
+    raise (those of other values stay with their buffers); None: a synchronization, which raises
+    every failure; ``BACKGROUND``: raise nothing."""
     if _tracing[0]:
         raise TracingRealization("zyx: a value was needed while a compiled graph was traced")
     with _realizing:
-        _realize_all(device)
+        _realize_all(device, reader=reader)
 
 
 def realize_into(storage: Storage, buffer) -> bool:
@@ -147,7 +160,7 @@ def realize_into(storage: Storage, buffer) -> bool:
     if _tracing[0]:
         raise TracingRealization("zyx: a value was needed while a compiled graph was traced")
     with _realizing:
-        return _realize_all(storage.device, (storage, buffer))
+        return _realize_all(storage.device, (storage, buffer), reader=storage)
 
 
 def realize_over_limit() -> None:
@@ -156,7 +169,7 @@ def realize_over_limit() -> None:
     if _tracing[0]:
         g.PendingCounter.count = 0
         return
-    realize_all()
+    realize_all(reader=BACKGROUND)
 
 
 class TracingRealization(RuntimeError):
@@ -185,13 +198,18 @@ def tracing(traced_checks: list):
             recorded = pending_checks()
             traced_checks.extend(recorded[checks_before:])
             del recorded[checks_before:]
+            unbound.clear()  # (the traced graph's checks: its calls make their own)
             pending_list[:] = [s for s in pending_list if id(s) in before]
             g.PendingCounter.count = 0
 
 
-def _realize_all(device, into: tuple | None = None) -> bool:
+def _realize_all(device, into: tuple | None = None, reader=None) -> bool:
     if deferred_errors:
         raise_deferred()
+    if reader is None and _orphans:
+        error = _orphans[0]
+        _orphans.clear()
+        raise error
     g.PendingCounter.count = 0
     storages = _take_pending()
     g.file_unfiled()  # (the nodes of the dead ones among them are freed now)
@@ -215,6 +233,7 @@ def _realize_all(device, into: tuple | None = None) -> bool:
         _realize[0] = realize
     devices = []
     found = []  # (check, the buffer of its first bad position)
+    realized: list[tuple[Storage, Node, object]] = []  # (storage, root, buffer) while checks are pending
     into_buffer = None if into is None else into[1]
     direct = False
     try:
@@ -226,7 +245,13 @@ def _realize_all(device, into: tuple | None = None) -> bool:
             # stores a root contiguous in any shape): no flat RESHAPE node to build and free.
             roots = [s._shaped or s._value for s in group] + [check.first for check in checks]
             outputs = {i: into_buffer for i, s in enumerate(group) if s is into[0]} if into else None
+            inherited = [_poisoned_input(root) for root in roots[:len(group)]] if poisoned else ()
             buffers = realize(roots, context, outputs)
+            for buffer, error in zip(buffers, inherited):
+                if error is not None:
+                    poisoned[buffer] = error
+            if checks:
+                realized.extend(zip(group, roots, buffers))
             for storage, root, buffer in zip(group, roots, buffers):
                 if buffer is into_buffer:
                     direct = True  # (its value stays lazy: a later realization computes it again)
@@ -254,19 +279,83 @@ def _realize_all(device, into: tuple | None = None) -> bool:
         for context in devices:
             context.settle()
     if found:
-        _raise_failed_check(found)
+        _bind_failed_checks(found, realized, reader)
+    if reader is not None and reader is not BACKGROUND and poisoned:
+        node = reader._shaped or reader._value
+        error = poisoned.get(into_buffer if direct else _buffer_of(node))
+        if error is not None:
+            defer_error(error)
+            raise_deferred()
     return direct
 
 
-def _raise_failed_check(found: list) -> None:
-    """Raise (or defer, inside autograd's engine) the first failed check of ``found``."""
+def _bind_failed_checks(found: list, realized: list, reader) -> None:
+    """Each failed check of ``found`` poisons the buffers just computed from its input; a check
+    of a compiled graph's call (no input known) raises at once, as a failure nobody's value holds
+    does at a synchronization (``reader`` None)."""
+    first_error = None
     for check, buffer in found:
         position = _read_int64(check.device, buffer)
-        if position < check.numel:
-            value = _read_int64(check.device, _realize[0]([check.entry(position)], check.device)[0])
-            defer_error(check.failure(position, value))
-            raise_deferred()
-            return
+        if position >= check.numel:
+            continue
+        value = _read_int64(check.device, _realize[0]([check.entry(position)], check.device)[0])
+        error = check.failure(position, value)
+        if check.source is None:
+            defer_error(error)
+            continue
+        results = {id(ref()) for ref in check.owners}
+        owner_roots = [root for storage, root, _out in realized if id(storage) in results]
+        owners = [out for storage, root, out in realized
+                  if id(storage) in results or _reads(root, check.source)
+                  or any(_reads(root, owner) for owner in owner_roots)]
+        for out in owners:
+            poisoned.setdefault(out, error)
+        if not owners:
+            _orphans.append(error)
+        first_error = first_error or error
+    if reader is BACKGROUND:
+        return
+    if deferred_errors:
+        raise_deferred()
+    elif reader is None and first_error is not None:
+        _orphans.clear()
+        defer_error(first_error)
+        raise_deferred()
+
+
+def _reads(root: Node, source: Node) -> bool:
+    """Whether ``root``'s graph contains the node ``source``."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node is source:
+            return True
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(node.srcs)
+    return False
+
+
+def _poisoned_input(root: Node):
+    """The error of a poisoned buffer ``root``'s graph reads, or None."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.op == "BUFFER":
+            error = poisoned.get(node.arg)
+            if error is not None:
+                return error
+        elif id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(node.srcs)
+    return None
+
+
+def _buffer_of(node: Node):
+    """The buffer a realized storage's node holds (a BUFFER, or a reshape of one)."""
+    return node.arg if node.op == "BUFFER" else node.srcs[0].arg
 
 
 def _read_int64(device, buffer) -> int:

@@ -18,10 +18,14 @@ import torch
 from ..config import CONFIG
 from ..lazy import graph as g
 from ..lazy.graph import Node
+from .checks import bind_unbound, unbound
 from .pending import (
+    defer_error,
     is_lazy,
     list_pending,
     pending_list,
+    poisoned,
+    raise_deferred,
     realize_all,
     realize_over_limit,
     sweep_pending,
@@ -94,8 +98,14 @@ class Storage:
         # (asked of the node stored, as realize_all does: ``value`` would build a flat RESHAPE of
         # a lazy ``shaped`` only for the realization to drop it)
         if is_lazy(self._shaped or self._value):
-            realize_all(self.device)
-        return self.value.arg
+            realize_all(self.device, self)
+        buffer = self.value.arg
+        if poisoned:
+            error = poisoned.get(buffer)
+            if error is not None:  # computed from an input that failed a check (checks.py)
+                defer_error(error)
+                raise_deferred()
+        return buffer
 
 
 # The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
@@ -408,6 +418,8 @@ def wrap(node: Node, device) -> ZyxTensor:
     storage.dtype = dtype = node.dtype
     storage.numel = math.prod(shape)
     storage.device = device
+    if unbound:
+        bind_unbound(storage)
     if is_lazy(node):
         list_pending(storage)
     if _nodes.count > CONFIG.max_pending:
@@ -432,6 +444,8 @@ def wrap_like(node: Node, like: ZyxTensor) -> ZyxTensor:
     storage.dtype = dtype = node.dtype
     storage.numel = source.numel
     storage.device = device = source.device
+    if unbound:
+        bind_unbound(storage)
     pending = pending_list  # (an op's fresh node: lazy)
     pending.append(storage)
     if len(pending) > sweep_threshold["at"]:
@@ -458,6 +472,8 @@ def assign_whole(t: ZyxTensor, node: Node) -> ZyxTensor:
 def write(t: ZyxTensor, node: Node) -> None:
     """Overwrite ``t``'s region of its storage with ``node`` (cast and broadcast to ``t``)."""
     storage = t._storage
+    if unbound:
+        bind_unbound(storage)
     if node.dtype is not storage.dtype:
         node = g.cast(node, storage.dtype)
     shape, strides, offset, dense = t._zmeta or meta(t)

@@ -87,7 +87,7 @@ def _realized(storage: Storage):
     if pending_checks():
         # Values a compiled graph's call computed are buffers already, with its index checks
         # still pending (compile/graph.py): a read raises what they found, as in eager mode.
-        realize_all(storage.device)
+        realize_all(storage.device, storage)
     return storage.realize()
 
 
