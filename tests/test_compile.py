@@ -417,3 +417,7 @@ def test_constants_made_inside_a_traced_function():
         close(fn(x.to("zyx"), m.to("zyx")), op(x, 1, mask=m))
         counts = torch_zyx.counters()
         assert counter.frame_count == 1 and counts["compiled_plans"] == 1 and counts["compile_fallbacks"] == 0
+    # One element (signal.windows.kaiser's beta): the fake mode computes with such constants.
+    torch._dynamo.reset()
+    fn, _ = compiled(lambda a: torch.signal.windows.kaiser(7, beta=12.0, device=a.device) * a)
+    close(fn(x[0].to("zyx")), torch.signal.windows.kaiser(7, beta=12.0) * x[0])

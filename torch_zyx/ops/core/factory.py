@@ -228,6 +228,11 @@ def lift_fresh(x):
             # the fake mode), then moved to the device by a recorded copy.
             with _disable_current_modes():  # (its values: a real CPU tensor, not a fake one)
                 values = to_cpu(x)
+                scalar = values.item() if values.numel() == 1 else None
+            if scalar is not None:
+                # A traced ``full``: a lifted one-element constant is one the fake mode computes
+                # with (constant propagation), and its copy to zyx below the modes has no kernel.
+                return torch.full(x.shape, scalar, dtype=x.dtype, device=x.device)
             return torch.ops.aten.lift_fresh.default(values).to(x.device)
         return x
     return wrap(from_cpu(x, device_of(x) or _device(0)), _device(0))
