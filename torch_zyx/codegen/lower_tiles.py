@@ -74,9 +74,10 @@ class BlockTileLowering:
         m, n, k = src.shape[-3:]
         if min(m, n, k) < MIN_SIDE or not all(self._epilogue_of(v, reduce, shape, {}) for v in values):
             return None
-        batch = math.prod(shape[:-2])
-        fitting = [t for t in tiles if (t.bm + t.bn + 2) * t.bk * src.dtype.itemsize
-                   <= (self.options.local_memory or 1 << 30)]
+        batch = math.prod(src.shape[:-3])
+        # Both blocks with their padded pitch, in the type shared arrays hold (float for half).
+        element = max(src.dtype.itemsize, 4)
+        fitting = [t for t in tiles if (t.bm + t.bn + 8) * t.bk * element <= (self.options.local_memory or 1 << 30)]
         if not fitting:
             return None
         tile = next((t for t in fitting if batch * -(-m // t.bm) * -(-n // t.bn) >= self.options.compute_units),

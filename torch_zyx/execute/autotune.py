@@ -208,12 +208,17 @@ def _slot_buffers(device, kernel, dtypes_: list, sig, schedule) -> list:
 
 
 def _random(rng, dtype, numel: int) -> np.ndarray:
-    if dtype.kind == "f":
-        values = rng.standard_normal(numel, dtype=np.float32)
-        return values.astype(np.float64) if dtype.itemsize == 8 else values if dtype.itemsize == 4 \
-            else values.astype(np.float16).view(np.uint16) if dtype.name == "float16" \
-            else (values.view(np.uint32) >> 16).astype(np.uint16)
-    return np.zeros(numel * dtype.itemsize, dtype=np.uint8)
+    """``numel`` elements of ``dtype`` as host bytes: standard normal floats, zero integers."""
+    if dtype.kind != "f":
+        return np.zeros(numel * dtype.itemsize, dtype=np.uint8)
+    values = rng.standard_normal(numel, dtype=np.float32)
+    if dtype.itemsize == 8:
+        return values.astype(np.float64)
+    if dtype.name == "float16":
+        return values.astype(np.float16)
+    if dtype.name == "bfloat16":
+        return (values.view(np.uint32) >> 16).astype(np.uint16)  # (truncated: any values will do)
+    return values
 
 
 def _run(device, program, loop, buffers: list) -> None:
