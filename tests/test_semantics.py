@@ -557,6 +557,10 @@ def test_index_error_belongs_to_the_values_computed_from_the_bad_op():
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         later.cpu()
     assert (w * 2).cpu().shape == (10, 3)
+    # A large result read straight into the CPU tensor (transfer.py's direct read-back).
+    rows = torch.arange(30000, device="zyx") % 12
+    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 10"):
+        (w[rows] * 2).cpu()
     torch.zyx.synchronize()  # nothing left over
 
 

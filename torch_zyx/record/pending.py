@@ -281,8 +281,11 @@ def _realize_all(device, into: tuple | None = None, reader=None) -> bool:
     if found:
         _bind_failed_checks(found, realized, reader)
     if reader is not None and reader is not BACKGROUND and poisoned:
+        # (read straight into the caller's memory, the storage keeps its lazy value: the buffer
+        # to ask about is that memory; a read of a realized storage asks in Storage.realize)
         node = reader._shaped or reader._value
-        error = poisoned.get(into_buffer if direct else _buffer_of(node))
+        buffer = into_buffer if direct else None if is_lazy(node) else _buffer_of(node)
+        error = poisoned.get(buffer) if buffer is not None else None
         if error is not None:
             defer_error(error)
             raise_deferred()
