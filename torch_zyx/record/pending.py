@@ -328,32 +328,13 @@ def _bind_failed_checks(found: list, realized: list, reader) -> None:
 
 def _reads(root: Node, source: Node) -> bool:
     """Whether ``root``'s graph contains the node ``source``."""
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node is source:
-            return True
-        if id(node) not in seen:
-            seen.add(id(node))
-            stack.extend(node.srcs)
-    return False
+    return any(node is source for node in g.toposort([root]))
 
 
 def _poisoned_input(root: Node):
     """The error of a poisoned buffer ``root``'s graph reads, or None."""
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.op == "BUFFER":
-            error = poisoned.get(node.arg)
-            if error is not None:
-                return error
-        elif id(node) not in seen:
-            seen.add(id(node))
-            stack.extend(node.srcs)
-    return None
+    return next((poisoned[node.arg] for node in g.toposort([root])
+                 if node.op == "BUFFER" and node.arg in poisoned), None)
 
 
 def _buffer_of(node: Node):
