@@ -501,13 +501,24 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering, BlockTileLowering)
         reduces = any(_has_reduce(v, seen) for v in values)
         numel = math.prod(shape)
         inner_work = max(_reduce_size(v, set()) for v in values)
-        opts = self.options
         block = self.block_matmul(shape, values) if reduces else None
         if block is not None:
             global_size, group_size = self.lower_block_matmul(shape, *block)
-            return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
-                              work=numel * inner_work, bytes=sum(numel * s.value.dtype.itemsize for s in kernel.stores),
-                              flops=self.flops * numel, group_size=group_size)
+        else:
+            global_size, group_size, inner_work = self.lower_by_structure(shape, values, reduces, inner_work)
+        nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
+        return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
+                          work=numel * inner_work, bytes=nbytes,
+                          flops=self.flops * numel // self.lanes + self.row_flops * global_size,
+                          group_size=group_size if group_size > 1 else 0)
+
+    def lower_by_structure(self, shape: tuple[int, ...], values: list[Node], reduces: bool,
+                           inner_work: int) -> tuple[int, int, int]:
+        """The kernel's loops for the structure its values call for (grouped, row, permuting,
+        register-tiled or flat; module docstring): (outer iterations, items per group, work per
+        output)."""
+        opts = self.options
+        numel = math.prod(shape)
         group_size = 0
         if reduces and opts.group_size > 1 and inner_work >= opts.group_min_reduce \
                 and numel <= opts.group_max_outputs:
@@ -543,11 +554,7 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering, BlockTileLowering)
             global_size = self.lower_flat(shape)
         else:
             global_size = self.lower_reduce_kernel(shape)
-        nbytes = sum(numel * s.value.dtype.itemsize for s in kernel.stores)
-        return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
-                          work=numel * inner_work, bytes=nbytes,
-                          flops=self.flops * numel // self.lanes + self.row_flops * global_size,
-                          group_size=group_size if group_size > 1 else 0)
+        return global_size, group_size, inner_work
 
     def lower_flat(self, shape: tuple[int, ...]) -> int:
         """An elementwise kernel over the flat output index, ``vector_width`` neighbouring
