@@ -16,10 +16,10 @@ As with CUDA's device-side asserts, the error surfaces at a later read, not at t
 the op's result is undefined (an out-of-range entry selects nothing). It belongs to the op's
 result (the storage its lowering produces next: ``bind_unbound``, called by tensor.py's ``wrap``
 and ``write``) and the values computed from it or from the checked input (``source``): a
-realization binds a failed check's error to the buffers of those values (``pending.poisoned``), and reading one of them (``.cpu()``, ``.item()``,
-printing), or a value computed from them later, raises it; ``torch.zyx.synchronize()`` raises it
-too, as does a read after the op's results were all dropped. Unrelated values realized with them
-in one graph read as usual.
+realization binds a failed check's error to the buffers of those values (``pending.poisoned``),
+and reading one of them (``.cpu()``, ``.item()``, printing), or a value computed from them later,
+raises it. ``torch.zyx.synchronize()`` raises it too, and is what raises a failure whose results
+were all dropped. Unrelated values realized with them in one graph read as usual.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class IndexCheck:
 
     __slots__ = ("device", "error", "first", "index", "message", "numel", "owners", "source")
 
-    def __init__(self, device, index: Node, first: Node, error: type, message: str, source: Node | None = None):
+    def __init__(self, device, index: Node, first: Node, error: type, message: str,
+                 source: Node | None = None):
         self.device, self.index, self.first, self.numel = device, index, first, index.shape[0]
         self.error, self.message = error, message
         self.source = source

@@ -134,6 +134,14 @@ _orphans: list[BaseException] = []
 BACKGROUND = object()
 
 
+def raise_poisoned(buffer) -> None:
+    """Raise the error of a failed check ``buffer``'s value was computed from, if any."""
+    error = poisoned.get(buffer)
+    if error is not None:
+        defer_error(error)
+        raise_deferred()
+
+
 def raise_deferred() -> None:
     if torch._C._current_autograd_node() is None:
         error = deferred_errors[0]
@@ -280,15 +288,10 @@ def _realize_all(device, into: tuple | None = None, reader=None) -> bool:
             context.settle()
     if found:
         _bind_failed_checks(found, realized, reader)
-    if reader is not None and reader is not BACKGROUND and poisoned:
-        # (read straight into the caller's memory, the storage keeps its lazy value: the buffer
-        # to ask about is that memory; a read of a realized storage asks in Storage.realize)
-        node = reader._shaped or reader._value
-        buffer = into_buffer if direct else None if is_lazy(node) else _buffer_of(node)
-        error = poisoned.get(buffer) if buffer is not None else None
-        if error is not None:
-            defer_error(error)
-            raise_deferred()
+    if direct and poisoned:
+        # (read straight into the caller's memory, the storage keeps its lazy value: that memory
+        # is what holds the error; any other read asks in Storage.realize)
+        raise_poisoned(into_buffer)
     return direct
 
 
@@ -307,10 +310,9 @@ def _bind_failed_checks(found: list, realized: list, reader) -> None:
             defer_error(error)
             continue
         results = {id(ref()) for ref in check.owners}
-        owner_roots = [root for storage, root, _out in realized if id(storage) in results]
-        owners = [out for storage, root, out in realized
-                  if id(storage) in results or _reads(root, check.source)
-                  or any(_reads(root, owner) for owner in owner_roots)]
+        # The op's results, and the values whose graph holds one of them or the checked input.
+        read = {id(check.source)} | {id(root) for storage, root, _out in realized if id(storage) in results}
+        owners = [out for storage, root, out in realized if id(storage) in results or _reads(root, read)]
         for out in owners:
             poisoned.setdefault(out, error)
         if not owners:
@@ -326,20 +328,15 @@ def _bind_failed_checks(found: list, realized: list, reader) -> None:
         raise_deferred()
 
 
-def _reads(root: Node, source: Node) -> bool:
-    """Whether ``root``'s graph contains the node ``source``."""
-    return any(node is source for node in g.toposort([root]))
+def _reads(root: Node, nodes: set[int]) -> bool:
+    """Whether ``root``'s graph contains one of the nodes whose ids are ``nodes``."""
+    return any(id(node) in nodes for node in g.toposort([root]))
 
 
 def _poisoned_input(root: Node):
     """The error of a poisoned buffer ``root``'s graph reads, or None."""
     return next((poisoned[node.arg] for node in g.toposort([root])
                  if node.op == "BUFFER" and node.arg in poisoned), None)
-
-
-def _buffer_of(node: Node):
-    """The buffer a realized storage's node holds (a BUFFER, or a reshape of one)."""
-    return node.arg if node.op == "BUFFER" else node.srcs[0].arg
 
 
 def _read_int64(device, buffer) -> int:

@@ -20,12 +20,11 @@ from ..lazy import graph as g
 from ..lazy.graph import Node
 from .checks import bind_unbound, unbound
 from .pending import (
-    defer_error,
     is_lazy,
     list_pending,
     pending_list,
     poisoned,
-    raise_deferred,
+    raise_poisoned,
     realize_all,
     realize_over_limit,
     sweep_pending,
@@ -100,11 +99,8 @@ class Storage:
         if is_lazy(self._shaped or self._value):
             realize_all(self.device, self)
         buffer = self.value.arg
-        if poisoned:
-            error = poisoned.get(buffer)
-            if error is not None:  # computed from an input that failed a check (checks.py)
-                defer_error(error)
-                raise_deferred()
+        if poisoned:  # (values computed from an input that failed a check: checks.py)
+            raise_poisoned(buffer)
         return buffer
 
 
