@@ -274,8 +274,10 @@ class CStyleRenderer:
             if op in ("RANGE", "ENDRANGE", "IF", "ENDIF", "BARRIER", "SPECIAL", "DEFINE"):
                 open_runs.clear()
                 continue
-            shared = instrs[ins.srcs[0]].op == "LOCAL" if op in ("LOAD", "STORE") else False
-            if op not in ("LOAD", "STORE") or (shared and (op == "STORE" or self.local_type(ins.dtype) != "float")):
+            if op not in ("LOAD", "STORE"):
+                continue
+            shared = instrs[ins.srcs[0]].op == "LOCAL"
+            if shared and (op == "STORE" or self.local_type(ins.dtype) != "float"):
                 continue
             # A store ends every run of loads, a load every run of stores.
             other = "STORE" if op == "LOAD" else "LOAD"

@@ -12,7 +12,8 @@ register tile of ``tm x tn`` outputs from shared memory. Item (r, c) of the grou
 ``(bm / tm) x (bn / tn)`` grid owns ``tm / 4`` runs of four neighbouring rows, 4r.. and
 4r + bm / (tm / 4).. (each run one vector load from shared memory: a quarter of the load
 instructions), and likewise columns; a tile narrower than four owns rows r, r + bm / tm, ....
-The items of a warp read neighbouring shared words (no bank conflicts). Blocks at the edges mask their loads (zero products) and their stores.
+The items of a warp read neighbouring shared words (no bank conflicts). Blocks at the edges
+mask their loads (zero products) and their stores.
 
 A mixin of ``lower.Lowerer``.
 """
@@ -77,11 +78,12 @@ class BlockTileLowering:
         batch = math.prod(src.shape[:-3])
         # Both blocks with their padded pitch, in the type shared arrays hold (float for half).
         element = max(src.dtype.itemsize, 4)
-        fitting = [t for t in tiles if (t.bm + t.bn + 8) * t.bk * element <= (self.options.local_memory or 1 << 30)]
+        budget = self.options.local_memory or 1 << 30
+        fitting = [t for t in tiles if (t.bm + t.bn + 8) * t.bk * element <= budget]
         if not fitting:
             return None
-        tile = next((t for t in fitting if batch * -(-m // t.bm) * -(-n // t.bn) >= self.options.compute_units),
-                    fitting[-1])
+        units = self.options.compute_units
+        tile = next((t for t in fitting if batch * -(-m // t.bm) * -(-n // t.bn) >= units), fitting[-1])
         return (tile, reduce, *operands)
 
     def _epilogue_of(self, node: Node, reduce: Node, shape: tuple[int, ...], seen: dict) -> bool:
@@ -131,9 +133,9 @@ class BlockTileLowering:
 
         cells = [[self.new_acc(reduce) for _ in range(tile.tn)] for _ in range(tile.tm)]
         steps = -(-k_size // tile.bk)
-        blocks_of = [_Block(self, a, tile, tile.bm, m0, m_size, batch_dims, nd - 3),
-                     _Block(self, b, tile, tile.bn, n0, n_size, batch_dims, nd - 2)]
-        (a_shared, a_pitch), (b_shared, b_pitch) = ((blk.shared, blk.pitch) for blk in blocks_of)
+        a_block = _Block(self, a, tile, tile.bm, m0, m_size, batch_dims, nd - 3)
+        b_block = _Block(self, b, tile, tile.bn, n0, n_size, batch_dims, nd - 2)
+        blocks_of = (a_block, b_block)
         # Step 0 is staged before the loop. Each step loads the next one's blocks into registers
         # first, so that their latency passes behind this step's products, and stores them into
         # shared memory once every item is done reading it.
@@ -146,13 +148,12 @@ class BlockTileLowering:
         kk = self.new_var(tile.bk)
         kk_range = self.open_range(kk, 0, tile.bk)
         rows, cols = _owned(row, tile.tm, item_rows), _owned(col, tile.tn, item_cols)
-        a_values = [self.add("LOAD", src.dtype, (a_shared, self.index(sym.add(sym.mul(kk, a_pitch), r))),
-                             pure=False) for r in rows]
-        b_values = [self.add("LOAD", src.dtype, (b_shared, self.index(sym.add(sym.mul(kk, b_pitch), c))),
-                             pure=False) for c in cols]
+        a_values = [a_block.read(kk, r) for r in rows]
+        b_values = [b_block.read(kk, c) for c in cols]
         for i, a_value in enumerate(a_values):
             for j, b_value in enumerate(b_values):
-                self.accumulate(reduce, cells[i][j], self.add("ALU", src.dtype, (a_value, b_value), "mul"))
+                product = self.add("ALU", src.dtype, (a_value, b_value), "mul")
+                self.accumulate(reduce, cells[i][j], product)
         self.close_range(kk_range)
         self.add("BARRIER", None, (), pure=False)
         for blk, values in zip(blocks_of, following):
@@ -169,7 +170,8 @@ class BlockTileLowering:
                 inside = sym.and_(*bounds) if bounds else sym.TRUE
                 guard = self.open_if(inside) if inside.key != sym.TRUE.key else None
                 self.block_value = (reduce, self.add("ACC_GET", reduce.dtype, (cells[i][j],), pure=False))
-                self.emit_stores([Index(shape, (*batch_dims, m, n, sym.Num(0)) if kept else (*batch_dims, m, n))])
+                dims = (*batch_dims, m, n, sym.Num(0)) if kept else (*batch_dims, m, n)
+                self.emit_stores([Index(shape, dims)])
                 if guard is not None:
                     self.close_if(guard)
         self.block_value = None
@@ -183,10 +185,11 @@ class _Block:
     """One operand's block in shared memory: ``width`` positions from ``start`` along ``axis``
     (of ``extent``) by ``bk`` along k, element ``kk * pitch + position``."""
 
-    def __init__(self, lowerer: BlockTileLowering, operand: Node, tile: BlockTile, width: int, start: Expr,
-                 extent: int, batch_dims: list[Expr], axis: int):
+    def __init__(self, lowerer: BlockTileLowering, operand: Node, tile: BlockTile, width: int,
+                 start: Expr, extent: int, batch_dims: list[Expr], axis: int):
         self.lowerer, self.operand, self.tile = lowerer, operand, tile
-        self.width, self.start, self.extent, self.batch_dims, self.axis = width, start, extent, batch_dims, axis
+        self.width, self.start, self.extent = width, start, extent
+        self.batch_dims, self.axis = batch_dims, axis
         nd = len(operand.shape)
         # Neighbouring items take neighbouring k where the operand is contiguous along k (a
         # row-major x, a Linear weight), else neighbouring positions (a transposed operand).
@@ -217,14 +220,22 @@ class _Block:
             (value,) = low.emit(operand, [Index(shape, tuple(dims), valid=valid)])
             if valid.key != sym.TRUE.key:
                 # Masked loads read zeros, but an expression of them need not be zero (exp(0)).
-                value = low.add("WHERE", operand.dtype, (low.index(valid), value, low.const(0, operand.dtype)))
+                zero = low.const(0, operand.dtype)
+                value = low.add("WHERE", operand.dtype, (low.index(valid), value, zero))
             out.append((sym.add(sym.mul(kk, self.pitch), position), value))
         return out
 
     def store(self, values: list[tuple[Expr, int]]) -> None:
+        """``load``'s pairs into the shared block."""
         low = self.lowerer
         for position, value in values:
             low.add("STORE", None, (self.shared, low.index(position), value), pure=False)
+
+    def read(self, kk: Expr, position: Expr) -> int:
+        """The element at ``position`` of step ``kk`` of the shared block."""
+        low = self.lowerer
+        index = low.index(sym.add(sym.mul(kk, self.pitch), position))
+        return low.add("LOAD", self.operand.dtype, (self.shared, index), pure=False)
 
 
 def _owned(item: Expr, count: int, items: int) -> list[Expr]:

@@ -143,8 +143,8 @@ class _Plan:
         self.temps = [(n_in + i, dtype, numel) for i, (dtype, numel) in enumerate(plan.temps)]
         self.root_temp = {slot: k for k, slot in enumerate(plan.root_slots) if slot >= n_in}
         # Pool bytes a call allocates for its outputs (torch tensors': fresh torch tensors instead).
-        self.output_bytes = 0 if bound is not None else sum(dtype.itemsize * numel for slot, dtype, numel in self.temps
-                                                 if slot in self.root_temp)
+        self.output_bytes = 0 if bound is not None else sum(
+            dtype.itemsize * numel for slot, dtype, numel in self.temps if slot in self.root_temp)
         self.scratch: dict | None = None  # slot -> Buffer, from the first call on
         self.fixed = [None if index is not None else buffer
                       for index, buffer in zip(slot_of_input, sig.buffers)]
@@ -303,7 +303,8 @@ def _device_for(bound: torch.device):
     for context in devices():
         if bound.type == "cpu" and context.runtime.renderer == "llvm":
             return context
-        if bound.type == "cuda" and context.runtime.renderer == "cuda" and context.runtime.ordinal == bound.index:
+        runtime = context.runtime
+        if bound.type == "cuda" and runtime.renderer == "cuda" and runtime.ordinal == bound.index:
             return context
     return None
 
@@ -339,7 +340,9 @@ class CompiledGraph:
         device = bound = None
         scalars_beside = _beside_device_tensors(args)
         for a in args:
-            if not isinstance(a, torch.Tensor) or (scalars_beside and a.device.type == "cpu" and a.dim() == 0):
+            if not isinstance(a, torch.Tensor):
+                continue
+            if scalars_beside and a.device.type == "cpu" and a.dim() == 0:
                 continue
             if isinstance(a, ZyxTensor):
                 if bound is not None:

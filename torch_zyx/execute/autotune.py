@@ -8,9 +8,9 @@ CPU row kernels pipelined or not; level 2 adds more block tiles), renders each, 
 distinct sources: a variant that changes nothing in this kernel is no candidate. With more than
 one candidate it searches: each is compiled and run on buffers of the kernel's own slot sizes
 (inputs and temporaries holding random values, never the plan's: a compiled graph's are
-placeholders; its own scalar parameters), timed over a few
-launches after a warm-up, and its outputs compared with the heuristic's; one that differs beyond
-rounding is dropped. The fastest wins.
+placeholders; its own scalar parameters), timed over a few launches after a warm-up, and its
+outputs compared with the heuristic's; one that differs beyond rounding is dropped. The fastest
+wins.
 
 Choices are stored under the cache directory (``autotune/<device>.json``), keyed by the device's
 description (name, driver) and the kernel as the heuristics render it, and read by the next
@@ -44,7 +44,7 @@ from ..memory.buffer import Buffer
 log = logging.getLogger("torch_zyx")
 
 _VERSION = 1
-# Timed launches per candidate (after one to compile and one to warm up), and the median taken.
+# Timed launches per candidate (after one that compiles and warms it), of which the median counts.
 _REPEATS = 5
 # Level 2's extra block tiles: thinner and smaller blocks.
 _MORE_TILES = (BlockTile(128, 64, 8, 8, 4), BlockTile(64, 128, 8, 4, 8), BlockTile(64, 64, 8, 4, 4))
@@ -55,8 +55,8 @@ def variants(options: LoweringOptions, renderer: str, level: int) -> list[tuple[
     out = [("heuristic", options)]
     if options.block_tiles:
         tiles = GPU_TILES + (_MORE_TILES if level >= 2 else ())
-        out += [(f"block tile {t.bm}x{t.bn}x{t.bk}/{t.tm}x{t.tn}", dataclasses.replace(options, block_tiles=(t,)))
-                for t in tiles]
+        out += [(f"block tile {t.bm}x{t.bn}x{t.bk}/{t.tm}x{t.tn}",
+                 dataclasses.replace(options, block_tiles=(t,))) for t in tiles]
     if options.group_size:
         out += [(f"group {size}", dataclasses.replace(options, group_size=size))
                 for size in (128, 512) if size != options.group_size]
@@ -222,7 +222,8 @@ def _random(rng, dtype, numel: int) -> np.ndarray:
 
 
 def _run(device, program, loop, buffers: list) -> None:
-    event = program.launch(buffers, [], loop.global_size, loop.work, device.events.take([b.id for b in buffers]))
+    wait = device.events.take([b.id for b in buffers])
+    event = program.launch(buffers, [], loop.global_size, loop.work, wait)
     event.wait()
     device.settle()
 

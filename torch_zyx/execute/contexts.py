@@ -111,7 +111,8 @@ def lowering_options(runtime) -> LoweringOptions:
                            group_min_reduce=256, group_max_outputs=max_outputs,
                            row_loops=not runtime.is_gpu, local_memory=runtime.local_memory,
                            vector_width=4 if runtime.renderer in _VECTOR_RENDERERS else 1,
-                           block_tiles=GPU_TILES if runtime.is_gpu else (), compute_units=runtime.compute_units)
+                           block_tiles=GPU_TILES if runtime.is_gpu else (),
+                           compute_units=runtime.compute_units)
 
 
 _devices: list[DeviceContext] = []

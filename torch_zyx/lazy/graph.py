@@ -99,7 +99,8 @@ def reduce(op: str, x: Node, axes: tuple[int, ...]) -> Node:
     keep = [i for i in range(len(x.shape)) if i not in reduced]
     moved = permute(x, tuple(keep + reduced)) if keep else x
     merged = reshape(moved, tuple(x.shape[i] for i in keep) + (math.prod(x.shape[i] for i in reduced),))
-    return reshape(_reduce(op, merged, (len(keep),)), tuple(1 if i in reduced else s for i, s in enumerate(x.shape)))
+    kept_dims = tuple(1 if i in reduced else s for i, s in enumerate(x.shape))
+    return reshape(_reduce(op, merged, (len(keep),)), kept_dims)
 
 
 def buffer(handle: Any, dtype: DType, numel: int) -> Node:

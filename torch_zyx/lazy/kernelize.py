@@ -540,7 +540,8 @@ def rewrite(roots: list[Node]) -> list[Node]:
     return g.rewrite_bottom_up(roots, lambda node: _split_reduce(node) if node.op == "REDUCE" else node)
 
 
-def kernelize(roots: list[Node], signature: GraphSignature, tile: MatmulTile | None = DEFAULT_TILE) -> Schedule:
+def kernelize(roots: list[Node], signature: GraphSignature,
+              tile: MatmulTile | None = DEFAULT_TILE) -> Schedule:
     """The kernels of the graph ``roots`` for a device whose matmul register tile is ``tile``
     (None: matmul operands are read in place, never packed)."""
     roots, pinned = pack_matmul_operands(rewrite(roots), tile)

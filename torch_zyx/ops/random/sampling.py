@@ -186,7 +186,8 @@ def multinomial(probs, num_samples, replacement=False, generator=None):
     negative = g.binary("lt", p, g.const(0.0, dtypes.float64, p.shape))
     infinite = g.binary("eq", g.unary("abs", p), g.const(math.inf, dtypes.float64, p.shape))
     invalid = g.binary("or", g.unary("isnan", p), g.binary("or", negative, infinite))
-    check_never(invalid, dev, RuntimeError, "probability tensor contains either `inf`, `nan` or element < 0", p)
+    check_never(invalid, dev, RuntimeError, "probability tensor contains either `inf`, `nan` or element < 0",
+                p)
     total = g.reduce("sum", p, (1,))
     check_never(g.binary("le", total, g.const(0.0, dtypes.float64, total.shape)), dev, RuntimeError,
                 "invalid multinomial distribution (sum of probabilities <= 0)", p)
