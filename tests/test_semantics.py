@@ -5,12 +5,15 @@ and the base; values captured lazily keep what they captured (DESIGN.md "Tensors
 views, mutation"). Each test runs one function on a CPU tensor and on its zyx copy.
 """
 
+import gc
 import io
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
+
+from torch_zyx.record import pending
 
 
 def _both(fn, *inputs):
@@ -548,15 +551,19 @@ def test_index_error_belongs_to_the_values_computed_from_the_bad_op():
     bad = w[torch.tensor([1, 12], device="zyx")]
     unrelated = w.sum(0) * 2
     assert unrelated.cpu().shape == (3,)  # realizes bad too, in the same graph
-    for read in (lambda: bad.cpu(), lambda: bad[0].tolist(), lambda: (bad.sum() + 1).item()):
+    for read in (lambda t: t.cpu(), lambda t: t[0].tolist(), lambda t: (t.sum() + 1).item()):
         with pytest.raises(IndexError, match="index 12 is out of bounds for dimension 0 with size 10"):
-            read()
+            read(bad)
     divided = torch.arange(6, device="zyx") // torch.tensor([1, 0, 1, 1, 1, 1], device="zyx")
     assert (w + 1).cpu().shape == (10, 3)  # computes divided too: its buffer holds the error
     later = divided * 2  # computed from that buffer
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         later.cpu()
     assert (w * 2).cpu().shape == (10, 3)
+    # The errors go with the values that hold them (a raised error does not keep them alive).
+    del bad, divided, later
+    gc.collect()
+    assert not pending.poisoned
     # A large result read straight into the CPU tensor (transfer.py's direct read-back).
     rows = torch.arange(30000, device="zyx") % 12
     with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 10"):

@@ -124,9 +124,29 @@ def reraise_deferred(exc: NotImplementedError) -> None:
         raise exc
 
 
-# Buffers whose values were computed from an input that failed a check (checks.py) → the error
-# reading them raises (``Storage.realize``); a value computed from such a buffer later inherits it.
-poisoned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Buffers whose values were computed from an input that failed a check (checks.py): id(buffer) →
+# (a weak reference whose callback drops the entry when the buffer dies, the error reading it
+# raises: ``Storage.realize``); a value computed from such a buffer later inherits it. A plain
+# dict: every read asks whether it is empty (a WeakKeyDictionary's __len__ is a Python call).
+poisoned: dict[int, tuple] = {}
+
+
+def _poison(buffer, error: BaseException) -> None:
+    """Mark ``buffer`` (first error kept) until it dies."""
+    key = id(buffer)
+    if key not in poisoned:
+        poisoned[key] = (weakref.ref(buffer, lambda _ref, key=key: poisoned.pop(key, None)), error)
+
+
+def _error_of(buffer) -> BaseException | None:
+    entry = poisoned.get(id(buffer))
+    return entry[1] if entry is not None else None
+
+
+def _raised_copy(error: BaseException) -> BaseException:
+    """A new exception like the stored ``error``: raising the stored one would hang the frames of
+    its raise (holding the poisoned buffers) on it, and so keep those buffers alive forever."""
+    return type(error)(*error.args)
 # Errors of failed checks none of whose values was realized (all dropped): the next
 # ``synchronize`` raises them.
 _orphans: list[BaseException] = []
@@ -136,9 +156,9 @@ BACKGROUND = object()
 
 def raise_poisoned(buffer) -> None:
     """Raise the error of a failed check ``buffer``'s value was computed from, if any."""
-    error = poisoned.get(buffer)
+    error = _error_of(buffer)
     if error is not None:
-        defer_error(error)
+        defer_error(_raised_copy(error))
         raise_deferred()
 
 
@@ -257,7 +277,7 @@ def _realize_all(device, into: tuple | None = None, reader=None) -> bool:
             buffers = realize(roots, context, outputs)
             for buffer, error in zip(buffers, inherited):
                 if error is not None:
-                    poisoned[buffer] = error
+                    _poison(buffer, error)
             if checks:
                 realized.extend(zip(group, roots, buffers))
             for storage, root, buffer in zip(group, roots, buffers):
@@ -314,7 +334,7 @@ def _bind_failed_checks(found: list, realized: list, reader) -> None:
         read = {id(check.source)} | {id(root) for storage, root, _out in realized if id(storage) in results}
         owners = [out for storage, root, out in realized if id(storage) in results or _reads(root, read)]
         for out in owners:
-            poisoned.setdefault(out, error)
+            _poison(out, error)
         if not owners:
             _orphans.append(error)
         first_error = first_error or error
@@ -324,7 +344,7 @@ def _bind_failed_checks(found: list, realized: list, reader) -> None:
         raise_deferred()
     elif reader is None and first_error is not None:
         _orphans.clear()
-        defer_error(first_error)
+        defer_error(_raised_copy(first_error))
         raise_deferred()
 
 
@@ -335,8 +355,8 @@ def _reads(root: Node, nodes: set[int]) -> bool:
 
 def _poisoned_input(root: Node):
     """The error of a poisoned buffer ``root``'s graph reads, or None."""
-    return next((poisoned[node.arg] for node in g.toposort([root])
-                 if node.op == "BUFFER" and node.arg in poisoned), None)
+    return next((_error_of(node.arg) for node in g.toposort([root])
+                 if node.op == "BUFFER" and id(node.arg) in poisoned), None)
 
 
 def _read_int64(device, buffer) -> int:
