@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -36,7 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..config import CONFIG, DEBUG_SCHEDULE
 from ..counters import bump
 from ..execute.contexts import devices
-from ..execute.realize import build_plan, launch_plan
+from ..execute.realize import build_plan, launch_plan, plan_steps
 from ..lazy import graph as g
 from ..lazy.kernelize import GraphSignature
 from ..memory.buffer import Buffer, ExternalBuffer
@@ -148,8 +149,16 @@ class _Plan:
         self.scratch: dict | None = None  # slot -> Buffer, from the first call on
         self.fixed = [None if index is not None else buffer
                       for index, buffer in zip(slot_of_input, sig.buffers)]
+        # A plan of torch ``cuda`` tensors launched straight on torch's stream, decided at the
+        # first call: a _StreamLaunch, False (the general path), or None (not decided yet).
+        self.on_stream: _StreamLaunch | bool | None = None if bound is not None and bound.type == "cuda" else False
 
     def run(self, args: list):
+        on_stream = self.on_stream
+        if on_stream is None:
+            on_stream = self.on_stream = _StreamLaunch.of(self, args) or False
+        if on_stream:
+            return on_stream.run(self, args)
         device, plan, bound = self.device, self.plan, self.bound
         buffers: list = []
         for index, fixed in zip(self.slot_of_input, self.fixed):
@@ -234,6 +243,12 @@ class _Plan:
                 add_checks([IndexCheck(device, g.buffer(roots[i], roots[i].dtype, numel),
                                        g.buffer(roots[f], roots[f].dtype, 1), error, message)
                             for f, i, error, message, numel in self.checks])
+        return self.results(args, outputs_torch, roots)
+
+    def results(self, args: list, outputs_torch: dict, roots: list | None):
+        """The call's outputs (as the traced graph returned them): Python values, views of the
+        inputs, and views of the roots (``outputs_torch``' tensors for bound torch tensors)."""
+        device, bound = self.device, self.bound
         storages: dict[int, object] = {}
         flat = []
         for out in self.outputs:
@@ -257,6 +272,116 @@ class _Plan:
                     storage = storages[k] = Storage(g.buffer(buffer, buffer.dtype, buffer.numel), device)
                 flat.append(ZyxTensor(storage, shape, strides, offset))
         return tree_unflatten(flat, self.spec)
+
+
+class _StreamLaunch:
+    """A plan of torch ``cuda`` tensors alone launched on torch's current stream, as torch's own
+    kernels are: no events, no buffer objects, one driver call per kernel. The inputs' and the
+    fresh outputs' addresses go into a list of the plan's device pointers where the temporaries
+    and constants have theirs.
+
+    Ordering: torch's stream orders the launches after what wrote the inputs and before what
+    reads the outputs. The plan's own memory (temporaries reused from call to call, constants)
+    is ordered by it as long as calls stay on one stream; a call on another stream first waits
+    for the previous one's. The first call waits for zyx's pending writes of the constants,
+    and the plan's memory goes back to zyx's pool only after its last stream's work is done."""
+
+    def __init__(self, plan: _Plan, steps: tuple, inputs: list, outputs: list, pointers: list):
+        self.steps, self.kernels = steps, len(plan.plan.launches)
+        self.inputs = inputs  # (pointer slot, argument index)
+        self.outputs = outputs  # (pointer slot, root index, numel, torch dtype)
+        self.pointers = pointers  # per slot: the device pointer, or 0 where a call binds one
+        self.index = plan.bound.index
+        self.stream: int | None = None  # the stream of the last call
+        self.pending: list = []  # zyx's events the first call waits for
+
+    @classmethod
+    def of(cls, plan: _Plan, args: list) -> _StreamLaunch | None:
+        """The stream launch of ``plan`` for calls bound as ``args`` are, or None when the plan
+        needs the general path: kernels launched one by one (``ZYX_DEBUG``), CPU scalars among
+        the inputs, checks of index values, or a result that is an input's buffer."""
+        device, bound = plan.device, plan.bound
+        steps = None if CONFIG.debug else plan_steps(plan.plan, device)
+        if steps is None or plan.checks:
+            return None
+        out_temps = plan.root_temp
+        wanted = {out[1] for out in plan.outputs if out[0] == "root"} | {k for _, k in plan.mutated}
+        if not wanted <= set(out_temps.values()):
+            return None
+        inputs, pointers = [], []
+        for slot, (index, fixed) in enumerate(zip(plan.slot_of_input, plan.fixed)):
+            if index is None:
+                pointers.append(fixed.raw.ptr)
+                continue
+            a = args[index]
+            if not (isinstance(a, torch.Tensor) and a.device == bound):
+                return None
+            inputs.append((slot, index))
+            pointers.append(0)
+        outputs, scratch = [], []
+        for slot, dtype, numel in plan.temps:
+            k = out_temps.get(slot)
+            if k is None:
+                buffer = Buffer(device, dtype, numel)
+                scratch.append(buffer)
+                pointers.append(buffer.raw.ptr)
+            else:
+                outputs.append((slot, k, numel, ZYX_TO_TORCH[dtype]))
+                pointers.append(0)
+        bump("bytes_allocated", sum(b.nbytes for b in scratch))
+        pointers.extend(c.raw.ptr for c in plan.constants)
+        launch = cls(plan, steps, inputs, outputs, pointers)
+        held = [*scratch, *plan.constants, *(f for f in plan.fixed if f is not None)]
+        # The constants' and fixed buffers' writes pending on zyx's stream come first.
+        launch.pending = device.events.take([b.id for b in held])
+        weakref.finalize(plan, _StreamLaunch._release, device.pool, launch, held).atexit = False
+        return launch
+
+    @staticmethod
+    def _release(pool, launch: _StreamLaunch, held: list) -> None:
+        """(The plan died.) Its memory goes back to the pool once its last stream's work is done."""
+        if launch.stream is not None:
+            try:
+                pool.finish(launch.stream)
+            except Exception as exc:  # noqa: BLE001  (a dead context at exit: nothing to order)
+                log.debug("zyx: finishing a compiled graph's stream: %s", exc)
+        held.clear()
+
+    def run(self, plan: _Plan, args: list):
+        pointers = self.pointers.copy()
+        for slot, index in self.inputs:
+            pointers[slot] = args[index].untyped_storage().data_ptr()
+        made: dict[int, torch.Tensor] = {}
+        device = plan.device
+        for slot, k, numel, dtype in self.outputs:
+            flat = made[k] = torch.empty(numel, dtype=dtype, device=plan.bound)
+            pointers[slot] = flat.data_ptr()
+        stream = _current_stream(self.index)
+        if stream != self.stream:
+            pool = device.pool
+            if self.stream is None:
+                pool.lead(stream, self.pending)
+                self.pending = []
+            else:
+                pool.chain(self.stream, stream)
+            self.stream = stream
+        random_args = []
+        for count in plan.random_counts:
+            random_args.extend(random.draw(device.index, count))
+        device.runtime.run_steps_on(stream, self.steps, pointers, random_args)
+        bump("kernels_launched", self.kernels)
+        for input_index, k in plan.mutated:
+            args[input_index].untyped_storage().copy_(made[k].untyped_storage())
+        return plan.results(args, made, None)
+
+
+def _stream_object_handle(index: int) -> int:
+    """torch's current stream of GPU ``index`` (a CUstream as an int)."""
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+# A CUDA build of torch answers in one C call (what Inductor's generated code asks).
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_object_handle)
 
 
 def _tensor_memory(device, t: torch.Tensor):

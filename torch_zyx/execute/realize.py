@@ -184,17 +184,24 @@ def build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) ->
     return _build_plan(device, roots, sig)
 
 
+def plan_steps(plan: Plan, device: DeviceContext) -> tuple | None:
+    """``plan``'s launches as one call of ``device``'s runtime (its ``plan_steps``), or None when
+    it launches them one by one."""
+    steps = plan.steps
+    if steps is _UNKNOWN:
+        find = getattr(device.runtime, "plan_steps", None)
+        steps = plan.steps = find([(program, loop, slots, params) for program, loop, slots, _tracked, params
+                                   in plan.launches]) if find else None
+    return steps
+
+
 def launch_plan(plan: Plan, device: DeviceContext, buffers: list, random_args: list) -> None:
     """Launch every kernel of ``plan`` over ``buffers`` (the inputs, temporaries and scalar
     buffers in the plan's order), each after the events of the buffers it touches and recording
     its own for them (ASYNC EVENT RULES)."""
     events = device.events
     debug = CONFIG.debug
-    steps = plan.steps
-    if steps is _UNKNOWN:
-        find = getattr(device.runtime, "plan_steps", None)
-        steps = plan.steps = find([(program, loop, slots, params) for program, loop, slots, _tracked, params
-                                   in plan.launches]) if find else None
+    steps = plan_steps(plan, device)
     if steps is not None and not debug:
         # One event for the plan: the launches run in order (one stream, or one after the other
         # on this thread), so the last one's completion covers every buffer they touch.

@@ -238,14 +238,21 @@ class CUDAStream:
 def _after_foreign_stream(stream: CUDAStream, ctx, stream_handle: int) -> None:
     """Later work on ``stream`` starts after the work enqueued so far on ``stream_handle``, a
     stream of context ``ctx`` (torch's current stream of a device; 0: its legacy default
-    stream). The event is made in that context, as cuEventRecord requires; destroying it after
-    the wait is enqueued is safe (CUDA waits on the record made before the wait)."""
+    stream)."""
+    _after_stream(stream.handle, stream.ctx, stream_handle, ctx)
+
+
+def _after_stream(waiting, waiting_ctx, stream_handle: int, ctx) -> None:
+    """Later work on stream ``waiting`` (of context ``waiting_ctx``) starts after the work
+    enqueued so far on ``stream_handle`` (of ``ctx``). The event is made in that context, as
+    cuEventRecord requires; destroying it after the wait is enqueued is safe (CUDA waits on the
+    record made before the wait)."""
     with current(ctx):
         marker = check(driver.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
         try:
             check(driver.cuEventRecord(marker, stream_handle), "cuEventRecord")
-            with current(stream.ctx):
-                check(driver.cuStreamWaitEvent(stream.handle, marker, 0), "cuStreamWaitEvent")
+            with current(waiting_ctx):
+                check(driver.cuStreamWaitEvent(waiting, marker, 0), "cuStreamWaitEvent")
         finally:
             check(driver.cuEventDestroy(marker), "cuEventDestroy")
 
@@ -470,6 +477,18 @@ class CUDAPool(CachingPool):
         """Work enqueued from now on runs after the work enqueued so far on torch's stream
         ``stream_handle`` of this GPU (what wrote the tensors a compiled graph reads)."""
         _after_foreign_stream(self.stream, self.ctx, stream_handle)
+
+    def chain(self, first_handle: int, then_handle: int) -> None:
+        """Work enqueued from now on on stream ``then_handle`` runs after the work enqueued so
+        far on stream ``first_handle`` (two of torch's streams of this GPU: a compiled graph
+        that launches on torch's current stream, called on another one than before)."""
+        _after_stream(then_handle, self.ctx, first_handle, self.ctx)
+
+    def finish(self, stream_handle: int) -> None:
+        """Wait until the work enqueued so far on ``stream_handle`` (one of torch's streams of
+        this GPU) is done."""
+        with current(self.ctx):
+            check(driver.cuStreamSynchronize(stream_handle), "cuStreamSynchronize")
 
     def lead(self, stream_handle: int, events: list[Event]) -> None:
         """Work enqueued from now on on torch's stream ``stream_handle`` runs after ``events`` (a

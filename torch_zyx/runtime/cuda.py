@@ -348,26 +348,36 @@ class CUDADevice:
     def run_steps(self, steps: tuple, pointers: list[int], params: list[int], wait_events: list[Event]) -> Event:
         """Launch ``plan_steps``' steps in order on the stream after ``wait_events`` (those of
         other streams), over the buffers' device ``pointers`` and the random ``params``; one
-        event for them all. Through ``_cuda_launch`` when built: every kernel's argument array
-        filled in C and the driver called directly, where cuda-bindings costs a few
-        microseconds of Python per kernel."""
+        event for them all."""
         stream = self.stream
         with current(self.ctx):
             stream.wait_for(wait_events)
-            address = _native_launch()
-            if address:
-                result, step = _CALLS.launch_each(address, int(stream.handle), steps, pointers, params)
-                if result:
-                    raise CUDAError(f"cuLaunchKernel (kernel {step} of the plan)", driver.CUresult(result))
-            else:
-                for function, grid, block, slots, indices, end in steps:
-                    values = [pointers[i] for i in slots] + [params[i] & _MASK64 for i in indices] + [end]
-                    array = (ctypes.c_uint64 * len(values))(*values)
-                    base = ctypes.addressof(array)
-                    arguments = (ctypes.c_void_p * len(values))(*(base + 8 * i for i in range(len(values))))
-                    check(driver.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream.handle,
-                                                ctypes.addressof(arguments), 0), "cuLaunchKernel")
+            self._launch_steps(int(stream.handle), steps, pointers, params)
             return stream.record()
+
+    def run_steps_on(self, stream_handle: int, steps: tuple, pointers: list[int], params: list[int]) -> None:
+        """``run_steps`` on another stream of this GPU's context (torch's current stream, for a
+        compiled graph of torch ``cuda`` tensors), ordered by that stream alone: no events."""
+        with current(self.ctx):
+            self._launch_steps(stream_handle, steps, pointers, params)
+
+    def _launch_steps(self, stream_handle: int, steps: tuple, pointers: list[int], params: list[int]) -> None:
+        """The launches of ``run_steps`` (context current). Through ``_cuda_launch`` when built:
+        every kernel's argument array filled in C and the driver called directly, where
+        cuda-bindings costs a few microseconds of Python per kernel."""
+        address = _native_launch()
+        if address:
+            result, step = _CALLS.launch_each(address, stream_handle, steps, pointers, params)
+            if result:
+                raise CUDAError(f"cuLaunchKernel (kernel {step} of the plan)", driver.CUresult(result))
+            return
+        for function, grid, block, slots, indices, end in steps:
+            values = [pointers[i] for i in slots] + [params[i] & _MASK64 for i in indices] + [end]
+            array = (ctypes.c_uint64 * len(values))(*values)
+            base = ctypes.addressof(array)
+            arguments = (ctypes.c_void_p * len(values))(*(base + 8 * i for i in range(len(values))))
+            check(driver.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream_handle,
+                                        ctypes.addressof(arguments), 0), "cuLaunchKernel")
 
     # ------------------------------------------------------------------ compiling
 
