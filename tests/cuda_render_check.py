@@ -51,7 +51,7 @@ def _cuda_check_options():
     from torch_zyx.execute.contexts import lowering_options
 
     h200 = SimpleNamespace(renderer="cuda", is_gpu=True, compute_units=132, max_group_size=1024,
-                           local_memory=48 * 1024)
+                           local_memory=48 * 1024, tensor_cores=("bfloat16", "float16"))
     return lowering_options(h200)
 
 

@@ -68,7 +68,7 @@ cpu_pass = pytest.mark.skipif(not _CPU_PASS, reason="zyx:0 is not the CPU device
                               "without a GPU run in the CPU pass (make test)")
 
 H200 = SimpleNamespace(renderer="cuda", is_gpu=True, compute_units=132, max_group_size=1024,
-                       local_memory=48 * 1024)
+                       local_memory=48 * 1024, tensor_cores=("bfloat16", "float16"))
 
 
 # ------------------------------------------------------------------------ kernels of ops
@@ -150,6 +150,12 @@ def _cases():
         ("block-tiled 64x64", lambda a, b: a @ b, (rand(768, 32), rand(32, 768))),
         ("block-tiled transposed", lambda a, b: (a.t() @ b.t(), torch.matmul(a.t().expand(2, 66, 40), b.t()[None])),
          (rand(40, 66), rand(33, 40))),
+        # Tensor cores (half and bfloat16 inputs, float accumulation), masked edges, an
+        # epilogue, a transposed operand and a batch.
+        ("tensor-core bf16 matmul", lambda a, w, b: torch.relu(a @ w + b),
+         (rand(70, 40, dtype=bf16), rand(40, 100, dtype=bf16), rand(100, dtype=bf16))),
+        ("tensor-core f16 transposed", lambda a, b: (a.t() @ b, torch.bmm(b.t().expand(2, 72, 33), a[None].expand(2, 33, 40))),
+         (rand(33, 40, dtype=f16), rand(33, 72, dtype=f16))),
         ("random", lambda a: (torch.rand_like(a), F.dropout(a, 0.5) + torch.rand(a.shape, device=a.device)),
          (rand(1000),)),
         ("scatter add and index add", lambda a, i, s: (a.scatter_add(0, i, s), a.index_add(0, i[:, 0], s)),
@@ -266,6 +272,10 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     assert tiled.count("__shared__ __align__(16) float") == 2 and tiled.count("__syncthreads();") == 3 and "x_mblk" in tiled
     assert "x_mblk" in sources["block-tiled transposed"] and "x_mblk" not in sources["bmm"]  # 9 x 5: too small
     assert "*((const float4*)(lm" in sources["block-tiled 64x64"] and "float4" not in tiled  # 2 x 2 per item
+    # Tensor cores: both blocks held as stored (16 bits), fragments read from them, mma.sync.
+    cores = sources["tensor-core bf16 matmul"]
+    assert cores.count("__shared__ __align__(16) unsigned short") == 2 and "mma.sync.aligned.m16n8k16" in cores
+    assert "zyx_mma_bf16(v" in cores and "zyx_load_a(lm" in cores and "zyx_mma_f16(v" in sources["tensor-core f16 transposed"]
 
 
 @needs_nvrtc
@@ -409,6 +419,34 @@ static unsigned short zyx_f2h(float f) {
   memcpy(&u, &h, 2);
   return u;
 }
+// The tensor-core helpers of codegen/cuda.py: a fragment is where its 16 x 16 (A) or 8 x 16 (B)
+// tile starts in shared memory, and each lane computes its own four outputs of the product
+// from the whole tiles (every lane wrote its part of them before the barrier before).
+#define ZYX_MMA
+struct zyx_frag_a { const unsigned short* tile; long long pitch; };
+struct zyx_frag_b { const unsigned short* tile; long long pitch; };
+static zyx_frag_a zyx_load_a(const unsigned short* p, long long pitch) {
+  const int lane = threadIdx.x % 32;
+  return {p - (lane / 4) * pitch - 2 * (lane % 4), pitch};
+}
+static zyx_frag_b zyx_load_b(const unsigned short* p, long long pitch) {
+  const int lane = threadIdx.x % 32;
+  return {p - (lane / 4) * pitch - 2 * (lane % 4), pitch};
+}
+static float zyx_emulated_bf2f(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
+template <float (*to_float)(unsigned short)>
+static void zyx_emulated_mma(zyx_frag_a a, zyx_frag_b b, float& c0, float& c1, float& c2, float& c3) {
+  const int lane = threadIdx.x % 32;
+  float* c[4] = {&c0, &c1, &c2, &c3};
+  for (int r = 0; r < 4; r++) {
+    const int row = lane / 4 + 8 * (r / 2), col = 2 * (lane % 4) + r % 2;
+    float sum = 0;
+    for (int k = 0; k < 16; k++) sum += to_float(a.tile[row * a.pitch + k]) * to_float(b.tile[col * b.pitch + k]);
+    *c[r] += sum;
+  }
+}
+#define zyx_mma_bf16 zyx_emulated_mma<zyx_emulated_bf2f>
+#define zyx_mma_f16 zyx_emulated_mma<zyx_h2f>
 """
 
 _HEAD = re.compile(r'extern "C" __global__(?: __launch_bounds__\(\d+\))? void (\w+)\(([^)]*)\)')

@@ -129,6 +129,21 @@ class Language:
     vector_store: str = ""
     from_memory: dict[str, str] = field(default_factory=dict)
     to_memory: dict[str, str] = field(default_factory=dict)
+    # Tensor-core products (``FRAGMENT``, ``MMA``): a fragment's type ({kind}: "a" or "b") and its
+    # load from a stored shared array ({kind}, {buf}, {idx}, {pitch}: elements between rows),
+    # the product per input dtype ({a}, {b}, and {c0}..{c3}: the accumulators it updates) and
+    # the helpers they use. Empty: none (lowering emits them only for devices that have them).
+    fragment_type: str = ""
+    fragment_load: str = ""
+    mma: dict[str, str] = field(default_factory=dict)
+    mma_prelude: str = ""
+
+
+def _computed_local(ins: Instr) -> bool:
+    """Whether ``ins`` is a group-shared array of the computed type (float for half; ``arg`` its
+    size), not one held as the dtype is stored (``arg`` (size, "stored"): accessed as buffers
+    are, read by tensor-core fragments)."""
+    return ins.op == "LOCAL" and not isinstance(ins.arg, tuple)
 
 
 def _kind(dtype: DType) -> str:
@@ -154,6 +169,7 @@ class CStyleRenderer:
         self.used_dtypes: set[str] = set()
         self.local_lines: list[str] = []
         self.vectors: dict[int, tuple[int, ...]] = {}  # vector_runs()
+        self.mma_used = False  # a FRAGMENT seen: the tensor-core helpers go in the prelude
 
     # ------------------------------------------------------------------ helpers
 
@@ -248,7 +264,7 @@ class CStyleRenderer:
     def load(self, ins: Instr, instrs: list[Instr]) -> str:
         buf, index = self.values[ins.srcs[0]], self.values[ins.srcs[1]]
         self.rtype(ins.dtype)
-        shared = instrs[ins.srcs[0]].op == "LOCAL"
+        shared = _computed_local(instrs[ins.srcs[0]])
         fmt = "{buf}[{idx}]" if shared else self.lang.load_format.get(ins.dtype.name, "{buf}[{idx}]")
         value = fmt.format(buf=buf, idx=index)
         if len(ins.srcs) > 2:
@@ -276,7 +292,7 @@ class CStyleRenderer:
                 continue
             if op not in ("LOAD", "STORE"):
                 continue
-            shared = instrs[ins.srcs[0]].op == "LOCAL"
+            shared = _computed_local(instrs[ins.srcs[0]])
             if shared and (op == "STORE" or self.local_type(ins.dtype) != "float"):
                 continue
             # A store ends every run of loads, a load every run of stores.
@@ -307,7 +323,7 @@ class CStyleRenderer:
     def vector_load(self, i: int, ins: Instr, run: tuple[int, ...], instrs: list[Instr]) -> None:
         """A member of a run of loads: the first loads the vector, each takes its element."""
         lang = self.lang
-        shared = instrs[ins.srcs[0]].op == "LOCAL"  # (holds floats already: local_type)
+        shared = _computed_local(instrs[ins.srcs[0]])  # (holds floats already: local_type)
         mtype = "float" if shared else lang.memory_type[ins.dtype.name]
         vector = f"vv{run[0]}"
         if i == run[0]:
@@ -391,8 +407,21 @@ class CStyleRenderer:
             self.line(f"const {self.lang.index_type} x_{ins.arg} = {self.values[ins.srcs[0]]};")
         elif op == "LOCAL":
             self.values[i] = f"lm{i}"
+            computed = _computed_local(ins)
+            element = self.local_type(ins.dtype) if computed else self.lang.memory_type[ins.dtype.name]
             self.local_lines.append("  " + self.lang.local_decl.format(
-                type=self.local_type(ins.dtype), name=f"lm{i}", size=ins.arg))
+                type=element, name=f"lm{i}", size=ins.arg if computed else ins.arg[0]))
+        elif op == "FRAGMENT":
+            kind, pitch = ins.arg
+            buf, index = (self.values[s] for s in ins.srcs)
+            self.mma_used = True
+            self.values[i] = f"v{i}"
+            self.line(f"const {self.lang.fragment_type.format(kind=kind)} v{i} = "
+                      f"{self.lang.fragment_load.format(kind=kind, buf=buf, idx=index, pitch=pitch)};")
+        elif op == "MMA":
+            a, b, *accs = (self.values[s] for s in ins.srcs)
+            self.line(self.lang.mma[ins.dtype.name].format(a=a, b=b, c0=accs[0], c1=accs[1], c2=accs[2],
+                                                           c3=accs[3]))
         elif op == "BARRIER":
             self.line(self.lang.barrier)
         elif op == "LOAD":
@@ -401,7 +430,7 @@ class CStyleRenderer:
             buf, index, value = (self.values[s] for s in ins.srcs)
             dtype = instrs[ins.srcs[2]].dtype
             self.rtype(dtype)
-            shared = instrs[ins.srcs[0]].op == "LOCAL"
+            shared = _computed_local(instrs[ins.srcs[0]])
             fmt = "{buf}[{idx}] = {value};" if shared else \
                 self.lang.store_format.get(dtype.name, "{buf}[{idx}] = {value};")
             self.line(fmt.format(buf=buf, idx=index, value=value))
@@ -571,6 +600,8 @@ class CStyleRenderer:
         args += [lang.scalar_param.format(type=lang.param_type, name=f"p{n}") for n in range(self.n_params)]
         args.append(lang.scalar_param.format(type=lang.index_type, name="end"))
         prelude = [lang.dtype_prelude[d] for d in sorted(self.used_dtypes) if d in lang.dtype_prelude]
+        if self.mma_used:
+            prelude.append(lang.mma_prelude)
         prefix = lang.kernel_prefix
         if k.group_size:
             prefix += " " + lang.group_attribute.format(size=k.group_size)

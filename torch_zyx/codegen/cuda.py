@@ -67,6 +67,40 @@ static __device__ __forceinline__ float zyx_bf2f(unsigned short h) {
 }
 #endif"""
 
+# Tensor cores: mma.sync m16n8k16 (sm_80 on), half or bfloat16 inputs, float accumulators. A
+# lane's A fragment is two pairs of neighbouring k in its row l / 4 and in row l / 4 + 8 (k from
+# 2 (l % 4), and 8 further), its B fragment two pairs in its column l / 4; each pair one 32-bit
+# load from a shared array held as stored (lower_tiles.py). Guarded as the dtype helpers are.
+_MMA_HELPER = """#ifndef ZYX_MMA
+#define ZYX_MMA
+struct zyx_frag_a { unsigned int r[4]; };
+struct zyx_frag_b { unsigned int r[2]; };
+static __device__ __forceinline__ zyx_frag_a zyx_load_a(const unsigned short* p, long long pitch) {
+  zyx_frag_a f;
+  f.r[0] = *(const unsigned int*)p;
+  f.r[1] = *(const unsigned int*)(p + 8 * pitch);
+  f.r[2] = *(const unsigned int*)(p + 8);
+  f.r[3] = *(const unsigned int*)(p + 8 * pitch + 8);
+  return f;
+}
+static __device__ __forceinline__ zyx_frag_b zyx_load_b(const unsigned short* p, long long pitch) {
+  zyx_frag_b f;
+  f.r[0] = *(const unsigned int*)p;
+  f.r[1] = *(const unsigned int*)(p + 8);
+  return f;
+}
+#define ZYX_MMA_OF(name, type) \\
+  static __device__ __forceinline__ void name(zyx_frag_a a, zyx_frag_b b, float& c0, float& c1, float& c2, \\
+                                              float& c3) { \\
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." type "." type ".f32 {%0, %1, %2, %3}, " \\
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \\
+        : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3) \\
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1])); \\
+  }
+ZYX_MMA_OF(zyx_mma_bf16, "bf16")
+ZYX_MMA_OF(zyx_mma_f16, "f16")
+#endif"""
+
 # __expf: 2 + 1.16 |x| ulp of float (below 2^-16 relative over exp's finite range), far under
 # half's and bfloat16's last place (2^-11, 2^-8): a half or bfloat16 exp rounds as expf's does
 # except within that distance of a rounding boundary. Other intrinsics are not: __logf's
@@ -111,6 +145,11 @@ CUDA = Language(
     shuffle_down="__shfl_down_sync(0xffffffffu, {x}, {offset})",
     shuffle_types=frozenset({"float", "double", "int", "long long", "unsigned long long"}),
     fast_math={"float16": _LOW_PRECISION_MATH, "bfloat16": _LOW_PRECISION_MATH},
+    fragment_type="zyx_frag_{kind}",
+    fragment_load="zyx_load_{kind}({buf} + {idx}, {pitch}L)",
+    mma={"bfloat16": "zyx_mma_bf16({a}, {b}, {c0}, {c1}, {c2}, {c3});",
+         "float16": "zyx_mma_f16({a}, {b}, {c0}, {c1}, {c2}, {c3});"},
+    mma_prelude=_MMA_HELPER,
 )
 
 

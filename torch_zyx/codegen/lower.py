@@ -33,7 +33,7 @@ from .ir import Instr, LoopKernel
 from .lower_loops import LoopNestLowering
 from .lower_rows import RowLowering
 from .lower_scatter import ScatterLowering
-from .lower_tiles import BlockTile, BlockTileLowering
+from .lower_tiles import BlockTile, BlockTileLowering, MmaTile
 from .symbolic import Expr
 
 _REDUCE_INIT = {"sum": 0, "prod": 1}
@@ -78,6 +78,10 @@ class LoweringOptions:
     # the first of these that gives each of the device's ``compute_units`` a group. (): none.
     block_tiles: tuple[BlockTile, ...] = ()
     compute_units: int = 1
+    # The input dtypes (names) of the device's tensor-core products, and the tiles of those
+    # matmuls (``lower_tiles``; the renderer's ``FRAGMENT`` and ``MMA``). (): none.
+    tensor_cores: tuple[str, ...] = ()
+    mma_tiles: tuple[MmaTile, ...] = ()
 
 
 def _reduce_init(op: str, dtype) -> object:

@@ -15,6 +15,14 @@ instructions), and likewise columns; a tile narrower than four owns rows r, r + 
 The items of a warp read neighbouring shared words (no bank conflicts). Blocks at the edges
 mask their loads (zero products) and their stores.
 
+Half and bfloat16 products on devices with tensor cores (``LoweringOptions.tensor_cores``) take
+``MmaTile``s instead: both blocks are stored as the dtype is (16 bits), row by row along k
+(``_PackedBlock``), and each warp of the group owns a ``bm / warps_m x bn / warps_n`` part of the
+block, computed as 16 x 8 tiles by the warp-wide ``MMA`` instruction (fp32 accumulation) over
+the ``FRAGMENT``s of 16 x 16 A tiles and 16 x 8 B tiles it reads from shared memory. Its lane
+``l`` holds the outputs at rows ``l / 4`` and ``l / 4 + 8`` and columns ``2 (l % 4)`` and
+``2 (l % 4) + 1`` of each tile (the ``mma.m16n8k16`` layout).
+
 A mixin of ``lower.Lowerer``.
 """
 
@@ -47,10 +55,32 @@ class BlockTile(NamedTuple):
         return (self.bm // self.tm) * (self.bn // self.tn)
 
 
+class MmaTile(NamedTuple):
+    """Outputs per work group (``bm x bn``) of a tensor-core matmul, the k step staged per
+    barrier (``bk``, a multiple of 16) and its warps (``warps_m x warps_n``), each owning a
+    ``bm / warps_m x bn / warps_n`` part of the outputs (multiples of 16 x 8)."""
+
+    bm: int
+    bn: int
+    bk: int
+    warps_m: int
+    warps_n: int
+
+    @property
+    def items(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+
 # Largest first: a kernel takes the first tile that still gives every compute unit a group
 # (a 256x512 forward linear has 32 blocks of 64 x 64 but 128 of 32 x 32), else the last. An
 # item's tm x tn products per k take tm + tn shared loads: 8 x 8 is 4 multiply-adds a load.
 GPU_TILES = (BlockTile(128, 128, 8, 8, 8), BlockTile(64, 64, 16, 4, 4), BlockTile(32, 32, 16, 2, 2))
+# Tensor-core tiles, chosen as GPU_TILES are: 8 warps of 64 x 32 outputs (4 x 4 products of
+# 16 x 8 per 16 of k, 64 accumulators per lane), or 4 warps of 32 x 32.
+GPU_MMA_TILES = (MmaTile(128, 128, 32, 2, 4), MmaTile(64, 64, 32, 2, 2))
+# Shared rows of a packed block are bk + 8 elements apart: the 8 rows a fragment load reads
+# (lanes l / 4) then start 16 bytes apart modulo the 128 bytes of the banks (no conflicts).
+_PACKED_PAD = 8
 # Output rows, columns and reduced length from which a matmul is block tiled (a narrower one,
 # a 10-class classifier head, keeps the loop lowering: most of a block would be masked).
 MIN_SIDE = 32
@@ -72,19 +102,26 @@ class BlockTileLowering:
         src = reduce.srcs[0]
         if operands is None or tuple(shape) not in (src.shape[:-1], reduce.shape):
             return None
+        a, b = operands
         m, n, k = src.shape[-3:]
         if min(m, n, k) < MIN_SIDE or not all(self._epilogue_of(v, reduce, shape, {}) for v in values):
             return None
         batch = math.prod(src.shape[:-3])
-        # Both blocks with their padded pitch, in the type shared arrays hold (float for half).
-        element = max(src.dtype.itemsize, 4)
         budget = self.options.local_memory or 1 << 30
-        fitting = [t for t in tiles if (t.bm + t.bn + 8) * t.bk * element <= budget]
+        narrow_a, narrow_b = _narrow(a), _narrow(b)
+        if narrow_a.dtype == narrow_b.dtype and narrow_a.dtype.name in self.options.tensor_cores:
+            a, b = narrow_a, narrow_b
+            fitting = [t for t in self.options.mma_tiles
+                       if (t.bm + t.bn) * (t.bk + _PACKED_PAD) * a.dtype.itemsize <= budget]
+        else:
+            # Both blocks with their padded pitch, in the type shared arrays hold (float for half).
+            element = max(src.dtype.itemsize, 4)
+            fitting = [t for t in tiles if (t.bm + t.bn + 8) * t.bk * element <= budget]
         if not fitting:
             return None
         units = self.options.compute_units
         tile = next((t for t in fitting if batch * -(-m // t.bm) * -(-n // t.bn) >= units), fitting[-1])
-        return (tile, reduce, *operands)
+        return (tile, reduce, a, b)
 
     def _epilogue_of(self, node: Node, reduce: Node, shape: tuple[int, ...], seen: dict) -> bool:
         """Whether ``node`` reads ``reduce`` only through elementwise ops and the reshape that
@@ -102,7 +139,7 @@ class BlockTileLowering:
             seen[id(node)] = found
         return found
 
-    def lower_block_matmul(self, shape: tuple[int, ...], tile: BlockTile, reduce: Node, a: Node,
+    def lower_block_matmul(self, shape: tuple[int, ...], tile: BlockTile | MmaTile, reduce: Node, a: Node,
                            b: Node) -> tuple[int, int]:
         """(work groups, items per group) of the block-tiled kernel (module docstring)."""
         src = reduce.srcs[0]
@@ -119,9 +156,6 @@ class BlockTileLowering:
         rng = self.open_range(var, "start", "end")
         self.lid = sym.Var("lid", 0, items - 1)
         self.add("SPECIAL", dtypes.int64, (), (self.lid.name, "lid"), pure=False)
-        item_rows, item_cols = tile.bm // tile.tm, tile.bn // tile.tn
-        col = self.define("col", sym.mod(self.lid, item_cols), item_cols)
-        row = self.define("row", sym.div(self.lid, item_cols), item_rows)
         n_block = self.define("nblk", sym.mod(var, n_blocks), n_blocks)
         m_block = self.define("mblk", sym.mod(sym.div(var, n_blocks), m_blocks), m_blocks)
         batch_dims: list[Expr] = []
@@ -130,11 +164,12 @@ class BlockTileLowering:
             batch_dims.insert(0, sym.mod(sym.div(var, inner), size) if size > 1 else sym.Num(0))
             inner *= size
         m0, n0 = sym.mul(m_block, tile.bm), sym.mul(n_block, tile.bn)
-
-        cells = [[self.new_acc(reduce) for _ in range(tile.tn)] for _ in range(tile.tm)]
-        steps = -(-k_size // tile.bk)
-        a_block = _Block(self, a, tile, tile.bm, m0, m_size, batch_dims, nd - 3)
-        b_block = _Block(self, b, tile, tile.bn, n0, n_size, batch_dims, nd - 2)
+        mma = isinstance(tile, MmaTile)
+        # The outputs the item holds (accumulators made before the k loop).
+        owned = self._warp_tile(tile, reduce) if mma else self._item_tile(tile, reduce)
+        block_of = _PackedBlock if mma else _Block
+        a_block = block_of(self, a, tile, tile.bm, m0, m_size, batch_dims, nd - 3)
+        b_block = block_of(self, b, tile, tile.bn, n0, n_size, batch_dims, nd - 2)
         blocks_of = (a_block, b_block)
         # Step 0 is staged before the loop. Each step loads the next one's blocks into registers
         # first, so that their latency passes behind this step's products, and stores them into
@@ -142,19 +177,14 @@ class BlockTileLowering:
         for blk in blocks_of:
             blk.store(blk.load(sym.Num(0)))
         self.add("BARRIER", None, (), pure=False)
+        steps = -(-k_size // tile.bk)
         k_step = self.new_var(steps)
         k_range = self.open_range(k_step, 0, steps)
         following = [blk.load(sym.add(k_step, sym.Num(1))) for blk in blocks_of]
-        kk = self.new_var(tile.bk)
-        kk_range = self.open_range(kk, 0, tile.bk)
-        rows, cols = _owned(row, tile.tm, item_rows), _owned(col, tile.tn, item_cols)
-        a_values = [a_block.read(kk, r) for r in rows]
-        b_values = [b_block.read(kk, c) for c in cols]
-        for i, a_value in enumerate(a_values):
-            for j, b_value in enumerate(b_values):
-                product = self.add("ALU", src.dtype, (a_value, b_value), "mul")
-                self.accumulate(reduce, cells[i][j], product)
-        self.close_range(kk_range)
+        if mma:
+            self._mma_step(tile, owned, a_block, b_block)
+        else:
+            self._register_step(tile, reduce, src.dtype, owned, a_block, b_block)
         self.add("BARRIER", None, (), pure=False)
         for blk, values in zip(blocks_of, following):
             blk.store(values)
@@ -162,23 +192,88 @@ class BlockTileLowering:
         self.close_range(k_range)
 
         epilogue = self.flops
-        for i in range(tile.tm):
-            for j in range(tile.tn):
-                m, n = sym.add(m0, rows[i]), sym.add(n0, cols[j])
-                bounds = ([sym.lt(m, m_size)] if m_size % tile.bm else []) + \
-                    ([sym.lt(n, n_size)] if n_size % tile.bn else [])
-                inside = sym.and_(*bounds) if bounds else sym.TRUE
-                guard = self.open_if(inside) if inside.key != sym.TRUE.key else None
-                self.block_value = (reduce, self.add("ACC_GET", reduce.dtype, (cells[i][j],), pure=False))
-                dims = (*batch_dims, m, n, sym.Num(0)) if kept else (*batch_dims, m, n)
-                self.emit_stores([Index(shape, dims)])
-                if guard is not None:
-                    self.close_if(guard)
+        cells = owned.cells
+        for (row, col), cell in cells:
+            m, n = sym.add(m0, row), sym.add(n0, col)
+            bounds = ([sym.lt(m, m_size)] if m_size % tile.bm else []) + \
+                ([sym.lt(n, n_size)] if n_size % tile.bn else [])
+            inside = sym.and_(*bounds) if bounds else sym.TRUE
+            guard = self.open_if(inside) if inside.key != sym.TRUE.key else None
+            self.block_value = (reduce, self.add("ACC_GET", reduce.dtype, (cell,), pure=False))
+            dims = (*batch_dims, m, n, sym.Num(0)) if kept else (*batch_dims, m, n)
+            self.emit_stores([Index(shape, dims)])
+            if guard is not None:
+                self.close_if(guard)
         self.block_value = None
         self.close_range(rng)
         # Per output: a multiply and an add per k, and the epilogue's share.
-        self.flops = 2 * k_size + (self.flops - epilogue) // (tile.tm * tile.tn)
+        self.flops = 2 * k_size + (self.flops - epilogue) // len(cells)
         return blocks, items
+
+    def _item_tile(self, tile: BlockTile, reduce: Node) -> _Owned:
+        """The item's register tile: ``_owned`` rows and columns of the block."""
+        item_rows, item_cols = tile.bm // tile.tm, tile.bn // tile.tn
+        col = self.define("col", sym.mod(self.lid, item_cols), item_cols)
+        row = self.define("row", sym.div(self.lid, item_cols), item_rows)
+        rows, cols = _owned(row, tile.tm, item_rows), _owned(col, tile.tn, item_cols)
+        accs = [[self.new_acc(reduce) for _ in range(tile.tn)] for _ in range(tile.tm)]
+        cells = [((rows[i], cols[j]), accs[i][j]) for i in range(tile.tm) for j in range(tile.tn)]
+        return _Owned(cells, (rows, cols, accs))
+
+    def _register_step(self, tile: BlockTile, reduce: Node, dtype, owned: _Owned, a_block: _Block,
+                       b_block: _Block) -> None:
+        """One k step's products of the item's register tile, in a loop over the step's k."""
+        rows, cols, accs = owned.layout
+        kk = self.new_var(tile.bk)
+        kk_range = self.open_range(kk, 0, tile.bk)
+        a_values = [a_block.read(kk, r) for r in rows]
+        b_values = [b_block.read(kk, c) for c in cols]
+        for i, a_value in enumerate(a_values):
+            for j, b_value in enumerate(b_values):
+                product = self.add("ALU", dtype, (a_value, b_value), "mul")
+                self.accumulate(reduce, accs[i][j], product)
+        self.close_range(kk_range)
+
+    def _warp_tile(self, tile: MmaTile, reduce: Node) -> _Owned:
+        """The outputs the item holds of its warp's part of the block: four of each 16 x 8
+        tensor-core tile (module docstring)."""
+        warp_rows, warp_cols = tile.bm // tile.warps_m, tile.bn // tile.warps_n
+        lane, warp = sym.mod(self.lid, 32), sym.div(self.lid, 32)
+        group = self.define("lgrp", sym.div(lane, 4), 8)
+        pair = self.define("lpair", sym.mul(sym.mod(lane, 4), 2), 7)
+        row0 = sym.mul(sym.div(warp, tile.warps_n), warp_rows)
+        col0 = sym.mul(sym.mod(warp, tile.warps_n), warp_cols)
+        accs = [[[self.new_acc(reduce) for _ in range(4)] for _ in range(warp_cols // 8)]
+                for _ in range(warp_rows // 16)]
+        cells = [((sym.add(row0, sym.add(group, sym.Num(16 * i + 8 * (r // 2)))),
+                   sym.add(col0, sym.add(pair, sym.Num(8 * j + r % 2)))), acc)
+                 for i, row_accs in enumerate(accs) for j, tile_accs in enumerate(row_accs)
+                 for r, acc in enumerate(tile_accs)]
+        return _Owned(cells, (row0, col0, group, pair, accs))
+
+    def _mma_step(self, tile: MmaTile, owned: _Owned, a_block: _PackedBlock, b_block: _PackedBlock) -> None:
+        """One k step's tensor-core products of the item's warp, 16 of k at a time: each 16 x 16
+        A fragment and 16 x 8 B fragment read once, each pair's product accumulated. A lane
+        reads its fragments from its row (A) or column (B) ``l / 4`` of the tile, at k
+        ``2 (l % 4)`` (the format reads the rest of its part from there)."""
+        row0, col0, group, pair, accs = owned.layout
+        for k16 in range(0, tile.bk, 16):
+            kk = sym.add(pair, sym.Num(k16))
+            a_fragments = [a_block.fragment("a", sym.add(row0, sym.add(group, sym.Num(16 * i))), kk)
+                           for i in range(len(accs))]
+            b_fragments = [b_block.fragment("b", sym.add(col0, sym.add(group, sym.Num(8 * j))), kk)
+                           for j in range(len(accs[0]))]
+            for i, a_fragment in enumerate(a_fragments):
+                for j, b_fragment in enumerate(b_fragments):
+                    self.add("MMA", a_block.operand.dtype, (a_fragment, b_fragment, *accs[i][j]), pure=False)
+
+
+class _Owned(NamedTuple):
+    """The outputs one item holds: ((row, column) in the block, accumulator) each, and the layout
+    its k steps use."""
+
+    cells: list
+    layout: tuple
 
 
 class _Block:
@@ -201,10 +296,8 @@ class _Block:
 
     def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
         """This item's elements of step ``k_step``'s block: (shared position, value) pairs."""
-        low, operand, tile = self.lowerer, self.operand, self.tile
-        shape, items, width = operand.shape, tile.items, self.width
-        nd = len(shape)
-        other = nd - 2 if self.axis == nd - 3 else nd - 3
+        low, tile, width = self.lowerer, self.tile, self.width
+        items = tile.items
         out = []
         for r in range(width * tile.bk // items):
             element = sym.add(low.lid, sym.Num(r * items))
@@ -212,18 +305,27 @@ class _Block:
                 position, kk = sym.div(element, tile.bk), sym.mod(element, tile.bk)
             else:
                 position, kk = sym.mod(element, width), sym.div(element, width)
-            at, k = sym.add(self.start, position), sym.add(sym.mul(k_step, tile.bk), kk)
-            valid = sym.and_(*([sym.lt(at, self.extent)] if self.extent % width else []),
-                             sym.lt(k, shape[-1]))
-            dims: list[Expr] = [*self.batch_dims, sym.Num(0), sym.Num(0), k]
-            dims[self.axis], dims[other] = at, sym.Num(0)
-            (value,) = low.emit(operand, [Index(shape, tuple(dims), valid=valid)])
-            if valid.key != sym.TRUE.key:
-                # Masked loads read zeros, but an expression of them need not be zero (exp(0)).
-                zero = low.const(0, operand.dtype)
-                value = low.add("WHERE", operand.dtype, (low.index(valid), value, zero))
-            out.append((sym.add(sym.mul(kk, self.pitch), position), value))
+            out.append((sym.add(sym.mul(kk, self.pitch), position), self.value(position, k_step, kk)))
         return out
+
+    def value(self, position: Expr, k_step: Expr, kk: Expr) -> int:
+        """The operand at ``position`` of the block and ``kk`` of step ``k_step`` (zero outside
+        the operand)."""
+        low, operand, tile = self.lowerer, self.operand, self.tile
+        shape = operand.shape
+        nd = len(shape)
+        other = nd - 2 if self.axis == nd - 3 else nd - 3
+        at, k = sym.add(self.start, position), sym.add(sym.mul(k_step, tile.bk), kk)
+        valid = sym.and_(*([sym.lt(at, self.extent)] if self.extent % self.width else []),
+                         sym.lt(k, shape[-1]))
+        dims: list[Expr] = [*self.batch_dims, sym.Num(0), sym.Num(0), k]
+        dims[self.axis], dims[other] = at, sym.Num(0)
+        (value,) = low.emit(operand, [Index(shape, tuple(dims), valid=valid)])
+        if valid.key != sym.TRUE.key:
+            # Masked loads read zeros, but an expression of them need not be zero (exp(0)).
+            zero = low.const(0, operand.dtype)
+            value = low.add("WHERE", operand.dtype, (low.index(valid), value, zero))
+        return value
 
     def store(self, values: list[tuple[Expr, int]]) -> None:
         """``load``'s pairs into the shared block."""
@@ -236,6 +338,61 @@ class _Block:
         low = self.lowerer
         index = low.index(sym.add(sym.mul(kk, self.pitch), position))
         return low.add("LOAD", self.operand.dtype, (self.shared, index), pure=False)
+
+
+class _PackedBlock(_Block):
+    """One operand's block for tensor-core products: ``width`` positions from ``start`` along
+    ``axis`` by ``bk`` along k, held as the dtype is stored (16 bits), element ``position *
+    pitch + kk``: the pairs of neighbouring k that fragments hold are neighbours in memory."""
+
+    def __init__(self, lowerer: BlockTileLowering, operand: Node, tile: MmaTile, width: int,
+                 start: Expr, extent: int, batch_dims: list[Expr], axis: int):
+        self.lowerer, self.operand, self.tile = lowerer, operand, tile
+        self.width, self.start, self.extent = width, start, extent
+        self.batch_dims, self.axis = batch_dims, axis
+        nd = len(operand.shape)
+        self.along_k = read_stride(operand, nd - 1) == 1 or read_stride(operand, axis) != 1
+        self.pitch = tile.bk + _PACKED_PAD
+        self.shared = lowerer.add("LOCAL", operand.dtype, (), (width * self.pitch, "stored"), pure=False)
+
+    def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
+        """This item's elements of step ``k_step``'s block: runs of four neighbours along the
+        axis the operand is contiguous in (a vector load each where the renderer finds them
+        aligned), neighbouring items taking neighbouring runs."""
+        low, tile, width = self.lowerer, self.tile, self.width
+        out = []
+        # (Runs numbered along the contiguous axis first: the index algebra then keeps each
+        # run's start a visible multiple of four.)
+        runs_across = tile.bk // 4 if self.along_k else width // 4
+        for r in range(width * tile.bk // (4 * tile.items)):
+            run = sym.add(low.lid, sym.Num(r * tile.items))
+            across, along = sym.div(run, runs_across), sym.mul(sym.mod(run, runs_across), 4)
+            for e in range(4):
+                if self.along_k:
+                    position, kk = across, sym.add(along, sym.Num(e))
+                else:
+                    position, kk = sym.add(along, sym.Num(e)), across
+                out.append((sym.add(sym.mul(position, self.pitch), kk), self.value(position, k_step, kk)))
+        return out
+
+    def fragment(self, kind: str, position: Expr, kk: Expr) -> int:
+        """The lane's ``kind`` ("a" or "b") fragment of the tile whose row (A) or column (B)
+        ``position`` the lane reads, from ``kk`` on."""
+        low = self.lowerer
+        index = low.index(sym.add(sym.mul(position, self.pitch), kk))
+        return low.add("FRAGMENT", self.operand.dtype, (self.shared, index), (kind, self.pitch), pure=False)
+
+
+def _narrow(operand: Node) -> Node:
+    """``operand`` without the casts that widen a half or bfloat16 value to a wider float (exact:
+    tensor cores take the narrow value and accumulate in float)."""
+    while (operand.op == "CAST" and operand.dtype.is_float and operand.srcs[0].dtype.name in _HALVES
+           and operand.dtype.itemsize > operand.srcs[0].dtype.itemsize):
+        operand = operand.srcs[0]
+    return operand
+
+
+_HALVES = ("float16", "bfloat16")
 
 
 def _owned(item: Expr, count: int, items: int) -> list[Expr]:

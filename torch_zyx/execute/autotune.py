@@ -57,6 +57,9 @@ def variants(options: LoweringOptions, renderer: str, level: int) -> list[tuple[
         tiles = GPU_TILES + (_MORE_TILES if level >= 2 else ())
         out += [(f"block tile {t.bm}x{t.bn}x{t.bk}/{t.tm}x{t.tn}",
                  dataclasses.replace(options, block_tiles=(t,))) for t in tiles]
+    if options.tensor_cores:
+        out += [(f"tensor-core tile {t.bm}x{t.bn}x{t.bk}/{t.warps_m}x{t.warps_n} warps",
+                 dataclasses.replace(options, mma_tiles=(t,))) for t in options.mma_tiles]
     if options.group_size:
         out += [(f"group {size}", dataclasses.replace(options, group_size=size))
                 for size in (128, 512) if size != options.group_size]

@@ -17,7 +17,7 @@ from ..codegen import cuda as cuda_renderer
 from ..codegen import llvm as llvm_renderer
 from ..codegen import opencl as opencl_renderer
 from ..codegen.lower import LoweringOptions
-from ..codegen.lower_tiles import GPU_TILES
+from ..codegen.lower_tiles import GPU_MMA_TILES, GPU_TILES
 from ..config import CONFIG, DEBUG_DEVICES, DEBUG_SOURCE
 from ..counters import bump
 from ..dtypes import pack_scalars
@@ -112,6 +112,7 @@ def lowering_options(runtime) -> LoweringOptions:
                            row_loops=not runtime.is_gpu, local_memory=runtime.local_memory,
                            vector_width=4 if runtime.renderer in _VECTOR_RENDERERS else 1,
                            block_tiles=GPU_TILES if runtime.is_gpu else (),
+                           tensor_cores=getattr(runtime, "tensor_cores", ()), mma_tiles=GPU_MMA_TILES,
                            compute_units=runtime.compute_units)
 
 

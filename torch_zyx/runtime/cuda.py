@@ -288,6 +288,8 @@ class CUDADevice:
                                                       self.cu_device))
         self.threads_per_unit = _attribute("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR",
                                            self.cu_device)
+        # mma.sync m16n8k16 with half or bfloat16 inputs and float accumulation: sm_80 on.
+        self.tensor_cores = ("bfloat16", "float16") if self.arch >= 80 else ()
         self.global_memory = int(check(driver.cuDeviceTotalMem(self.cu_device), "cuDeviceTotalMem"))
         self.driver_version = int(check(driver.cuDriverGetVersion(), "cuDriverGetVersion"))
         self.stream = CUDAStream(self.ctx)
