@@ -27,10 +27,19 @@ allow, so the CPU renderer never receives them). Each outer iteration is one wor
 ``group_size`` work items that cooperate through group-shared memory:
 
   SPECIAL  arg=(var, "lid")               the work item's index in its group, an INDEX variable
-  LOCAL    arg=size                       group-shared array of ``size`` ``dtype`` elements;
-                                          LOAD/STORE take it in place of a BUF (never masked)
+  LOCAL    arg=size                       group-shared array of ``size`` ``dtype`` elements, held
+                                          as computed (float for half); LOAD/STORE take it in
+                                          place of a BUF (never masked). arg=(size, "stored"):
+                                          held as buffers store ``dtype`` (16-bit half)
   BARRIER                                 every item of the group waits; shared writes visible
   IF       srcs=(cond,)                   block run when cond (an INDEX) holds; ENDIF srcs=(if,)
+
+Tensor-core kernels only (``LoweringOptions.tensor_cores``): a warp's 16 x 8 x 16 product.
+
+  FRAGMENT arg=(kind, pitch) srcs=(local, index)   the lane's "a" (16 x 16) or "b" (16 x 8)
+                                          fragment of a stored LOCAL, read from ``index`` on
+                                          (rows ``pitch`` apart); ``dtype`` the element dtype
+  MMA      srcs=(a, b, acc0..acc3)        the accumulators (ACC cells, float) += a @ b
 """
 
 from __future__ import annotations
