@@ -92,7 +92,7 @@ def _install_cuda_render_check(directory: _Path) -> None:
         return plan
 
     def _render_for_cuda(roots, sig):
-        schedule = kernelize(roots, sig, options.matmul_tile)
+        schedule = kernelize(roots, sig, None if options.block_tiles else options.matmul_tile)
         kernels = []
         for kernel in schedule.kernels:
             dtypes_ = tuple(sig.buffers[ref].dtype if kind == "in" else sig.scalar_dtypes[ref]

@@ -190,7 +190,7 @@ def _collect(monkeypatch, options) -> list[Realization]:
             return outputs
         device.synchronize()
         sig = GraphSignature(roots)
-        schedule = kernelize(roots, sig, options.matmul_tile)
+        schedule = kernelize(roots, sig, None if options.block_tiles else options.matmul_tile)
         loops, sources = [], []
         for n, kernel in enumerate(schedule.kernels):
             dtypes_ = [sig.buffers[ref].dtype if kind == "in" else sig.scalar_dtypes[ref] if kind == "scalars"
@@ -423,8 +423,11 @@ static unsigned short zyx_f2h(float f) {
 // tile starts in shared memory, and each lane computes its own four outputs of the product
 // from the whole tiles (every lane wrote its part of them before the barrier before).
 #define ZYX_MMA
-struct zyx_frag_a { const unsigned short* tile; long long pitch; };
-struct zyx_frag_b { const unsigned short* tile; long long pitch; };
+struct zyx_frag_a { const unsigned short* tile; long long pitch; bool by_k = false; };
+struct zyx_frag_b { const unsigned short* tile; long long pitch; bool by_k = false; };
+template <class F> static unsigned short zyx_at(F f, int row, int k) {
+  return f.by_k ? f.tile[k * f.pitch + row] : f.tile[row * f.pitch + k];
+}
 static zyx_frag_a zyx_load_a(const unsigned short* p, long long pitch) {
   const int lane = threadIdx.x % 32;
   return {p - (lane / 4) * pitch - 2 * (lane % 4), pitch};
@@ -433,6 +436,17 @@ static zyx_frag_b zyx_load_b(const unsigned short* p, long long pitch) {
   const int lane = threadIdx.x % 32;
   return {p - (lane / 4) * pitch - 2 * (lane % 4), pitch};
 }
+// Blocks held k by k: the tile's element (row, k) at k * pitch + row.
+static zyx_frag_a zyx_load_at(const unsigned short* p, long long pitch) {
+  const int lane = threadIdx.x % 32;
+  return {p - 2 * (lane % 4) * pitch - lane / 4, pitch, true};
+}
+static zyx_frag_b zyx_load_bt(const unsigned short* p, long long pitch) {
+  const int lane = threadIdx.x % 32;
+  return {p - 2 * (lane % 4) * pitch - lane / 4, pitch, true};
+}
+typedef zyx_frag_a zyx_frag_at;
+typedef zyx_frag_b zyx_frag_bt;
 static float zyx_emulated_bf2f(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
 template <float (*to_float)(unsigned short)>
 static void zyx_emulated_mma(zyx_frag_a a, zyx_frag_b b, float& c0, float& c1, float& c2, float& c3) {
@@ -441,7 +455,7 @@ static void zyx_emulated_mma(zyx_frag_a a, zyx_frag_b b, float& c0, float& c1, f
   for (int r = 0; r < 4; r++) {
     const int row = lane / 4 + 8 * (r / 2), col = 2 * (lane % 4) + r % 2;
     float sum = 0;
-    for (int k = 0; k < 16; k++) sum += to_float(a.tile[row * a.pitch + k]) * to_float(b.tile[col * b.pitch + k]);
+    for (int k = 0; k < 16; k++) sum += to_float(zyx_at(a, row, k)) * to_float(zyx_at(b, col, k));
     *c[r] += sum;
   }
 }

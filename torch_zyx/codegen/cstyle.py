@@ -170,6 +170,7 @@ class CStyleRenderer:
         self.local_lines: list[str] = []
         self.vectors: dict[int, tuple[int, ...]] = {}  # vector_runs()
         self.mma_used = False  # a FRAGMENT seen: the tensor-core helpers go in the prelude
+        self.raw: dict[int, str] = {}  # unmasked LOAD of a half dtype → its stored bits (raw_of)
 
     # ------------------------------------------------------------------ helpers
 
@@ -272,6 +273,18 @@ class CStyleRenderer:
             value = f"({self.values[ins.srcs[2]]} ? {value} : {self.literal(0, ins.dtype)})"
         return value
 
+    def converted(self, dtype: DType) -> bool:
+        """Whether ``dtype`` is a float stored otherwise than computed (half, bfloat16)."""
+        return dtype.is_float and dtype.name in self.lang.from_memory
+
+    def raw_of(self, value: int, dtype: DType, instrs: list[Instr]) -> str | None:
+        """The stored bits of ``value`` when it is an unmasked load of ``dtype`` (a store of it
+        copies them rather than converting to float and back: the same bits, fewer
+        instructions, and a tensor-core block staged at the speed of a copy), else None."""
+        if instrs[value].dtype is not dtype:
+            return None
+        return self.raw.get(value)
+
     # ------------------------------------------------------------------ vector accesses
 
     def vector_runs(self) -> dict[int, tuple[int, ...]]:
@@ -331,6 +344,8 @@ class CStyleRenderer:
             self.line(f"const {vtype} {vector} = " + lang.vector_load.format(
                 vtype=vtype, buf=self.values[ins.srcs[0]], idx=self.values[ins.srcs[1]]) + ";")
         element = f"{vector}.{'xyzw'[run.index(i)]}"
+        if not shared and self.converted(ins.dtype):
+            self.raw[i] = element
         fmt = "{x}" if shared else lang.from_memory.get(ins.dtype.name, "{x}")
         self.values[i] = self.declare(i, ins.dtype, fmt.format(x=element))
 
@@ -344,7 +359,8 @@ class CStyleRenderer:
         self.rtype(dtype)
         mtype = lang.memory_type[dtype.name]
         fmt = lang.to_memory.get(dtype.name, "{x}")
-        values = ", ".join(fmt.format(x=self.values[instrs[m].srcs[2]]) for m in run)
+        values = ", ".join(self.raw_of(instrs[m].srcs[2], dtype, instrs) or fmt.format(x=self.values[instrs[m].srcs[2]])
+                           for m in run)
         self.line(lang.vector_store.format(vtype=lang.vector_types[mtype], buf=self.values[first.srcs[0]],
                                            idx=self.values[first.srcs[1]], values=values))
 
@@ -425,12 +441,24 @@ class CStyleRenderer:
         elif op == "BARRIER":
             self.line(self.lang.barrier)
         elif op == "LOAD":
-            self.values[i] = self.declare(i, ins.dtype, self.load(ins, instrs))
+            if len(ins.srcs) == 2 and not _computed_local(instrs[ins.srcs[0]]) and self.converted(ins.dtype):
+                # Its stored bits kept in a register of their own too (``raw``).
+                mtype = self.lang.memory_type[ins.dtype.name]
+                self.line(f"const {mtype} r{i} = {self.values[ins.srcs[0]]}[{self.values[ins.srcs[1]]}];")
+                self.raw[i] = f"r{i}"
+                value = self.lang.from_memory[ins.dtype.name].format(x=f"r{i}")
+                self.values[i] = self.declare(i, ins.dtype, value)
+            else:
+                self.values[i] = self.declare(i, ins.dtype, self.load(ins, instrs))
         elif op == "STORE":
             buf, index, value = (self.values[s] for s in ins.srcs)
             dtype = instrs[ins.srcs[2]].dtype
             self.rtype(dtype)
             shared = _computed_local(instrs[ins.srcs[0]])
+            raw = None if shared else self.raw_of(ins.srcs[2], dtype, instrs)
+            if raw is not None:
+                self.line(f"{buf}[{index}] = {raw};")
+                return
             fmt = "{buf}[{idx}] = {value};" if shared else \
                 self.lang.store_format.get(dtype.name, "{buf}[{idx}] = {value};")
             self.line(fmt.format(buf=buf, idx=index, value=value))

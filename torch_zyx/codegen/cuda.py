@@ -70,7 +70,8 @@ static __device__ __forceinline__ float zyx_bf2f(unsigned short h) {
 # Tensor cores: mma.sync m16n8k16 (sm_80 on), half or bfloat16 inputs, float accumulators. A
 # lane's A fragment is two pairs of neighbouring k in its row l / 4 and in row l / 4 + 8 (k from
 # 2 (l % 4), and 8 further), its B fragment two pairs in its column l / 4; each pair one 32-bit
-# load from a shared array held as stored (lower_tiles.py). Guarded as the dtype helpers are.
+# load from a shared array held as stored, row by row along k (lower_tiles.py), or two loads
+# from one held k by k. Guarded as the dtype helpers are.
 _MMA_HELPER = """#ifndef ZYX_MMA
 #define ZYX_MMA
 struct zyx_frag_a { unsigned int r[4]; };
@@ -87,6 +88,27 @@ static __device__ __forceinline__ zyx_frag_b zyx_load_b(const unsigned short* p,
   zyx_frag_b f;
   f.r[0] = *(const unsigned int*)p;
   f.r[1] = *(const unsigned int*)(p + 8);
+  return f;
+}
+// The same fragments from blocks held k by k ("at", "bt": element kk * pitch + position): each
+// pair of neighbouring k is two 16-bit loads a row apart.
+typedef zyx_frag_a zyx_frag_at;
+typedef zyx_frag_b zyx_frag_bt;
+static __device__ __forceinline__ unsigned int zyx_pair(const unsigned short* p, long long pitch) {
+  return (unsigned int)p[0] | ((unsigned int)p[pitch] << 16);
+}
+static __device__ __forceinline__ zyx_frag_a zyx_load_at(const unsigned short* p, long long pitch) {
+  zyx_frag_a f;
+  f.r[0] = zyx_pair(p, pitch);
+  f.r[1] = zyx_pair(p + 8, pitch);
+  f.r[2] = zyx_pair(p + 8 * pitch, pitch);
+  f.r[3] = zyx_pair(p + 8 * pitch + 8, pitch);
+  return f;
+}
+static __device__ __forceinline__ zyx_frag_b zyx_load_bt(const unsigned short* p, long long pitch) {
+  zyx_frag_b f;
+  f.r[0] = zyx_pair(p, pitch);
+  f.r[1] = zyx_pair(p + 8 * pitch, pitch);
   return f;
 }
 #define ZYX_MMA_OF(name, type) \\

@@ -342,8 +342,12 @@ class _Block:
 
 class _PackedBlock(_Block):
     """One operand's block for tensor-core products: ``width`` positions from ``start`` along
-    ``axis`` by ``bk`` along k, held as the dtype is stored (16 bits), element ``position *
-    pitch + kk``: the pairs of neighbouring k that fragments hold are neighbours in memory."""
+    ``axis`` by ``bk`` along k, held as the dtype is stored (16 bits). An operand contiguous
+    along k is held position by position (element ``position * pitch + kk``: the pairs of
+    neighbouring k that fragments hold are neighbours in memory), another one k by k (element
+    ``kk * pitch + position``, read by the transposed fragments "at", "bt"), so that either way
+    an item stores the four neighbours it loaded as one vector and the warp's stores cover
+    whole rows (no bank conflicts)."""
 
     def __init__(self, lowerer: BlockTileLowering, operand: Node, tile: MmaTile, width: int,
                  start: Expr, extent: int, batch_dims: list[Expr], axis: int):
@@ -352,8 +356,9 @@ class _PackedBlock(_Block):
         self.batch_dims, self.axis = batch_dims, axis
         nd = len(operand.shape)
         self.along_k = read_stride(operand, nd - 1) == 1 or read_stride(operand, axis) != 1
-        self.pitch = tile.bk + _PACKED_PAD
-        self.shared = lowerer.add("LOCAL", operand.dtype, (), (width * self.pitch, "stored"), pure=False)
+        self.pitch = (tile.bk if self.along_k else width) + _PACKED_PAD
+        rows = width if self.along_k else tile.bk
+        self.shared = lowerer.add("LOCAL", operand.dtype, (), (rows * self.pitch, "stored"), pure=False)
 
     def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
         """This item's elements of step ``k_step``'s block: runs of four neighbours along the
@@ -372,14 +377,21 @@ class _PackedBlock(_Block):
                     position, kk = across, sym.add(along, sym.Num(e))
                 else:
                     position, kk = sym.add(along, sym.Num(e)), across
-                out.append((sym.add(sym.mul(position, self.pitch), kk), self.value(position, k_step, kk)))
+                out.append((self.element(position, kk), self.value(position, k_step, kk)))
         return out
+
+    def element(self, position: Expr, kk: Expr) -> Expr:
+        """Where ``position`` at ``kk`` is held in the shared block."""
+        if self.along_k:
+            return sym.add(sym.mul(position, self.pitch), kk)
+        return sym.add(sym.mul(kk, self.pitch), position)
 
     def fragment(self, kind: str, position: Expr, kk: Expr) -> int:
         """The lane's ``kind`` ("a" or "b") fragment of the tile whose row (A) or column (B)
         ``position`` the lane reads, from ``kk`` on."""
         low = self.lowerer
-        index = low.index(sym.add(sym.mul(position, self.pitch), kk))
+        kind = kind if self.along_k else kind + "t"
+        index = low.index(self.element(position, kk))
         return low.add("FRAGMENT", self.operand.dtype, (self.shared, index), (kind, self.pitch), pure=False)
 
 

@@ -354,7 +354,7 @@ class CUDADevice:
         stream = self.stream
         with current(self.ctx):
             stream.wait_for(wait_events)
-            self._launch_steps(int(stream.handle), steps, pointers, params)
+            self._launch_steps(stream.handle, steps, pointers, params)
             return stream.record()
 
     def run_steps_on(self, stream_handle: int, steps: tuple, pointers: list[int], params: list[int]) -> None:
@@ -363,13 +363,13 @@ class CUDADevice:
         with current(self.ctx):
             self._launch_steps(stream_handle, steps, pointers, params)
 
-    def _launch_steps(self, stream_handle: int, steps: tuple, pointers: list[int], params: list[int]) -> None:
+    def _launch_steps(self, stream_handle, steps: tuple, pointers: list[int], params: list[int]) -> None:
         """The launches of ``run_steps`` (context current). Through ``_cuda_launch`` when built:
         every kernel's argument array filled in C and the driver called directly, where
         cuda-bindings costs a few microseconds of Python per kernel."""
         address = _native_launch()
         if address:
-            result, step = _CALLS.launch_each(address, stream_handle, steps, pointers, params)
+            result, step = _CALLS.launch_each(address, int(stream_handle), steps, pointers, params)
             if result:
                 raise CUDAError(f"cuLaunchKernel (kernel {step} of the plan)", driver.CUresult(result))
             return
