@@ -253,7 +253,7 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     rows = sources["softmax rows"]
     assert "__launch_bounds__(256)" in rows and "__shfl_down_sync" in rows and "__shared__ __align__(16) float" in rows
     # Each tree reduction: two barriers (after the warps, after the first warp), not log2(256).
-    trees = rows.count("% 32L == 0)")
+    trees = rows.count("% 32 == 0)")  # (32-bit indices: every index of these kernels fits)
     assert trees >= 2 and rows.count("__syncthreads();") == 2 * trees
     assert "zyx_f2h(" in sources["half chain"] and "zyx_f2bf(" in sources["bfloat16 chain"]
     assert "__expf(" in sources["half chain"]  # exp rounded straight to half: the fast form
@@ -272,6 +272,13 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     assert tiled.count("__shared__ __align__(16) float") == 2 and tiled.count("__syncthreads();") == 3 and "x_mblk" in tiled
     assert "x_mblk" in sources["block-tiled transposed"] and "x_mblk" not in sources["bmm"]  # 9 x 5: too small
     assert "*((const float4*)(lm" in sources["block-tiled 64x64"] and "float4" not in tiled  # 2 x 2 per item
+    # Indices in 32 bits where every index expression fits (all of these kernels), else 64.
+    assert "for (int x_gidx" in chain and "const int x_lid" in rows
+    loop = h200_kernels[[r.name for r in h200_kernels].index("gelu sigmoid chain f32")].loops[0]
+    from torch_zyx.codegen import cuda as cuda_renderer
+
+    huge = cuda_renderer.render(dataclasses.replace(loop, global_size=1 << 31))
+    assert "for (long long x_gidx" in huge
     # Tensor cores: both blocks held as stored (16 bits), fragments read from them, mma.sync.
     cores = sources["tensor-core bf16 matmul"]
     assert cores.count("__shared__ __align__(16) unsigned short") == 2 and "mma.sync.aligned.m16n8k16" in cores

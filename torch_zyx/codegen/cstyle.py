@@ -135,6 +135,10 @@ class Language:
     # the helpers they use. Empty: none (lowering emits them only for devices that have them).
     fragment_type: str = ""
     fragment_load: str = ""
+    # A 32-bit signed integer type for the indices and loop counters of a kernel whose every
+    # index expression stays within +-2^30 (``_small_indices``): GPUs do 64-bit integer
+    # arithmetic in several instructions. Empty: always ``index_type``.
+    small_index_type: str = ""
     mma: dict[str, str] = field(default_factory=dict)
     mma_prelude: str = ""
 
@@ -144,6 +148,35 @@ def _computed_local(ins: Instr) -> bool:
     size), not one held as the dtype is stored (``arg`` (size, "stored"): accessed as buffers
     are, read by tensor-core fragments)."""
     return ins.op == "LOCAL" and not isinstance(ins.arg, tuple)
+
+
+# Index expressions within +-2^30 run in 32-bit integers (``Language.small_index_type``): the
+# margin keeps a grid-stride loop's last increment (below 2^30 work items) from overflowing.
+_SMALL_INDEX = 1 << 30
+
+
+def _small_indices(kernel: LoopKernel) -> bool:
+    """Whether every index the kernel computes, and every part of each, stays within +-2^30
+    (the index algebra knows each expression's range; loop bounds and the outer iterations
+    included)."""
+    if kernel.global_size >= _SMALL_INDEX:
+        return False
+    for ins in kernel.instrs:
+        if ins.op == "INDEX" and not _expr_fits(ins.arg):
+            return False
+        if ins.op == "RANGE" and any(isinstance(b, int) and abs(b) >= _SMALL_INDEX for b in ins.arg[1:3]):
+            return False
+    return True
+
+
+def _expr_fits(e: sym.Expr) -> bool:
+    if not (-_SMALL_INDEX < e.vmin and e.vmax < _SMALL_INDEX):
+        return False
+    if isinstance(e, (sym.Sum, sym.And)):
+        return all(_expr_fits(t) for t in e.terms)
+    if isinstance(e, (sym.Mul, sym.Div, sym.Mod, sym.Lt)):
+        return _expr_fits(e.x)
+    return True
 
 
 def _kind(dtype: DType) -> str:
@@ -171,6 +204,10 @@ class CStyleRenderer:
         self.vectors: dict[int, tuple[int, ...]] = {}  # vector_runs()
         self.mma_used = False  # a FRAGMENT seen: the tensor-core helpers go in the prelude
         self.raw: dict[int, str] = {}  # unmasked LOAD of a half dtype → its stored bits (raw_of)
+        # Indices in 32 bits where they fit (``small_index_type``): the type and literal suffix.
+        small = bool(lang.small_index_type) and _small_indices(kernel)
+        self.index_type = lang.small_index_type if small else lang.index_type
+        self.suffix = "" if small else "L"
 
     # ------------------------------------------------------------------ helpers
 
@@ -209,25 +246,27 @@ class CStyleRenderer:
     # ------------------------------------------------------------------ index expressions
 
     def expr(self, e: sym.Expr) -> str:
-        """A symbolic index as a C expression in 64-bit integers (0/1 for conditions)."""
+        """A symbolic index as a C expression in the kernel's index integers (0/1 for
+        conditions)."""
+        u = self.suffix
         if isinstance(e, sym.Num):
-            return f"{e.value}L" if e.value >= 0 else f"({e.value}L)"
+            return f"{e.value}{u}" if e.value >= 0 else f"({e.value}{u})"
         if isinstance(e, sym.Var):
             return self.vars[e.name]
         if isinstance(e, sym.Sum):
             return "(" + " + ".join(self.expr(t) for t in e.terms) + ")"
         if isinstance(e, sym.Mul):
-            return f"({self.expr(e.x)} * {e.factor}L)"
+            return f"({self.expr(e.x)} * {e.factor}{u})"
         if isinstance(e, (sym.Div, sym.Mod)):
             x, d = self.expr(e.x), e.divisor
             if e.x.vmin >= 0:
-                return f"({x} / {d}L)" if isinstance(e, sym.Div) else f"({x} % {d}L)"
+                return f"({x} / {d}{u})" if isinstance(e, sym.Div) else f"({x} % {d}{u})"
             # C truncates; the index algebra floors (divisors are positive).
             if isinstance(e, sym.Div):
-                return f"({x} / {d}L - ({x} % {d}L < 0))"
-            return f"((({x} % {d}L) + {d}L) % {d}L)"
+                return f"({x} / {d}{u} - ({x} % {d}{u} < 0))"
+            return f"((({x} % {d}{u}) + {d}{u}) % {d}{u})"
         if isinstance(e, sym.Lt):
-            return f"({self.expr(e.x)} < {e.bound}L)"
+            return f"({self.expr(e.x)} < {e.bound}{u})"
         if isinstance(e, sym.And):
             return "(" + " && ".join(self.expr(t) for t in e.terms) + ")"
         raise TypeError(e)
@@ -386,7 +425,7 @@ class CStyleRenderer:
             self.values[i] = self.literal(ins.arg, ins.dtype)
         elif op == "INDEX":
             self.values[i] = f"v{i}"
-            self.line(f"const {self.lang.index_type} v{i} = {self.expr(ins.arg)};")
+            self.line(f"const {self.index_type} v{i} = {self.expr(ins.arg)};")
         elif op == "RANGE":
             var, start, end = ins.arg[:3]  # the vectorize hint is for CPU loops
             name = f"x_{var}"
@@ -396,17 +435,18 @@ class CStyleRenderer:
                 # No ``id < end`` guard around a grouped kernel: the runtime launches exactly
                 # ``end`` groups (none for end == 0), and PoCL 3.1 loses the global stores made
                 # between barriers inside an ``if`` (all but the last of a multi-output kernel).
-                self.line(f"const {self.lang.index_type} {name} = {self.lang.group_id};")
+                self.line(f"const {self.index_type} {name} = {self.lang.group_id};")
                 self.line("{")
             elif start == "start" and self.lang.global_stride:
-                t = self.lang.index_type
+                t = self.index_type
                 self.line(f"for ({t} {name} = {self.lang.global_id}; {name} < end; "
                           f"{name} += {self.lang.global_stride}) {{")
             elif start == "start":
-                self.line(f"const {self.lang.index_type} {name} = {self.lang.global_id};")
+                self.line(f"const {self.index_type} {name} = {self.lang.global_id};")
                 self.line(f"if ({name} < end) {{")
             else:
-                self.line(f"for ({self.lang.index_type} {name} = {start}L; {name} < {end}L; {name}++) {{")
+                u = self.suffix
+                self.line(f"for ({self.index_type} {name} = {start}{u}; {name} < {end}{u}; {name}++) {{")
             self.depth += 1
         elif op in ("ENDRANGE", "ENDIF"):
             self.depth -= 1
@@ -417,10 +457,10 @@ class CStyleRenderer:
         elif op == "SPECIAL":
             var, _what = ins.arg  # the local id, the only special value so far
             self.vars[var] = self.values[i] = f"x_{var}"
-            self.line(f"const {self.lang.index_type} x_{var} = {self.lang.local_id};")
+            self.line(f"const {self.index_type} x_{var} = {self.lang.local_id};")
         elif op == "DEFINE":
             self.vars[ins.arg] = self.values[i] = f"x_{ins.arg}"
-            self.line(f"const {self.lang.index_type} x_{ins.arg} = {self.values[ins.srcs[0]]};")
+            self.line(f"const {self.index_type} x_{ins.arg} = {self.values[ins.srcs[0]]};")
         elif op == "LOCAL":
             self.values[i] = f"lm{i}"
             computed = _computed_local(ins)
@@ -591,12 +631,13 @@ class CStyleRenderer:
         self.depth += 1
         self.line(f"{t} {w} = {self.values[value]};")
         shuffle_steps(w, ws)
-        self.line(f"if ({lid} % {ws}L == 0) {buf}[{lid} / {ws}L] = {w};")
+        u = self.suffix
+        self.line(f"if ({lid} % {ws}{u} == 0) {buf}[{lid} / {ws}{u}] = {w};")
         self.depth -= 1
         self.line("}")
         self.line(lang.barrier)
         if warps > 1:
-            self.line(f"if ({lid} < {ws}L) {{")
+            self.line(f"if ({lid} < {ws}{u}) {{")
             self.depth += 1
             # Lanes from ``warps`` on read stale elements; only lane 0's result is used, and it
             # combines lanes 0 .. warps - 1 only.

@@ -141,6 +141,7 @@ CUDA = Language(
     global_id="((long long)blockIdx.x * blockDim.x + threadIdx.x)",
     global_stride="((long long)gridDim.x * blockDim.x)",
     index_type="long long",
+    small_index_type="int",
     param_type="unsigned long long",
     load_format={name: fmt.format(x="{buf}[{idx}]") for name, fmt in FROM_MEMORY.items()},
     store_format={name: "{buf}[{idx}] = " + fmt.format(x="{value}") + ";" for name, fmt in TO_MEMORY.items()},
