@@ -13,11 +13,12 @@ register tile of ``tm x tn`` outputs from shared memory. Item (r, c) of the grou
 4r + bm / (tm / 4).. (each run one vector load from shared memory: a quarter of the load
 instructions), and likewise columns; a tile narrower than four owns rows r, r + bm / tm, ....
 The items of a warp read neighbouring shared words (no bank conflicts). Blocks at the edges
-mask their loads (zero products) and their stores.
+mask their loads (zero products) and their stores. The shared blocks have two stages: a step's
+products read one while the next step's blocks go into the other (one barrier per step).
 
 Half and bfloat16 products on devices with tensor cores (``LoweringOptions.tensor_cores``) take
-``MmaTile``s instead: both blocks are stored as the dtype is (16 bits), row by row along k
-(``_PackedBlock``), and each warp of the group owns a ``bm / warps_m x bn / warps_n`` part of the
+``MmaTile``s instead: both blocks are held as the dtype is stored (16 bits; ``_PackedBlock``),
+and each warp of the group owns a ``bm / warps_m x bn / warps_n`` part of the
 block, computed as 16 x 8 tiles by the warp-wide ``MMA`` instruction (fp32 accumulation) over
 the ``FRAGMENT``s of 16 x 16 A tiles and 16 x 8 B tiles it reads from shared memory. Its lane
 ``l`` holds the outputs at rows ``l / 4`` and ``l / 4 + 8`` and columns ``2 (l % 4)`` and
@@ -75,6 +76,8 @@ class MmaTile(NamedTuple):
 # (a 256x512 forward linear has 32 blocks of 64 x 64 but 128 of 32 x 32), else the last. An
 # item's tm x tn products per k take tm + tn shared loads: 8 x 8 is 4 multiply-adds a load.
 GPU_TILES = (BlockTile(128, 128, 8, 8, 8), BlockTile(64, 64, 16, 4, 4), BlockTile(32, 32, 16, 2, 2))
+# Shared blocks per operand: a step reads one while the next step's are stored into the other.
+STAGES = 2
 # Tensor-core tiles, chosen as GPU_TILES are: 8 warps of 64 x 32 outputs (4 x 4 products of
 # 16 x 8 per 16 of k, 64 accumulators per lane), or 4 warps of 32 x 32.
 GPU_MMA_TILES = (MmaTile(128, 128, 32, 2, 4), MmaTile(64, 64, 32, 2, 2))
@@ -111,12 +114,13 @@ class BlockTileLowering:
         narrow_a, narrow_b = _narrow(a), _narrow(b)
         if narrow_a.dtype == narrow_b.dtype and narrow_a.dtype.name in self.options.tensor_cores:
             a, b = narrow_a, narrow_b
+            # (Upper bound: a block held k by k pads its width rather than k.)
             fitting = [t for t in self.options.mma_tiles
-                       if (t.bm + t.bn) * (t.bk + _PACKED_PAD) * a.dtype.itemsize <= budget]
+                       if STAGES * (t.bm + t.bn + _PACKED_PAD) * (t.bk + _PACKED_PAD) * a.dtype.itemsize <= budget]
         else:
             # Both blocks with their padded pitch, in the type shared arrays hold (float for half).
             element = max(src.dtype.itemsize, 4)
-            fitting = [t for t in tiles if (t.bm + t.bn + 8) * t.bk * element <= budget]
+            fitting = [t for t in tiles if STAGES * (t.bm + t.bn + 8) * t.bk * element <= budget]
         if not fitting:
             return None
         units = self.options.compute_units
@@ -171,25 +175,25 @@ class BlockTileLowering:
         a_block = block_of(self, a, tile, tile.bm, m0, m_size, batch_dims, nd - 3)
         b_block = block_of(self, b, tile, tile.bn, n0, n_size, batch_dims, nd - 2)
         blocks_of = (a_block, b_block)
-        # Step 0 is staged before the loop. Each step loads the next one's blocks into registers
-        # first, so that their latency passes behind this step's products, and stores them into
-        # shared memory once every item is done reading it.
+        # Two stages of shared blocks: step s reads stage s % 2 while its items store step s + 1's
+        # blocks (loaded into registers before its products, so that their latency passes behind
+        # them) into the other, then one barrier. Step 0 is staged before the loop, and the last
+        # step runs after it: the loop's loads then never pass the end of k, and need no masks
+        # (which would keep them from being vector loads) where k is a multiple of the step.
         for blk in blocks_of:
-            blk.store(blk.load(sym.Num(0)))
+            blk.store(blk.load(sym.Num(0)), sym.Num(0))
         self.add("BARRIER", None, (), pure=False)
         steps = -(-k_size // tile.bk)
-        k_step = self.new_var(steps)
-        k_range = self.open_range(k_step, 0, steps)
-        following = [blk.load(sym.add(k_step, sym.Num(1))) for blk in blocks_of]
-        if mma:
-            self._mma_step(tile, owned, a_block, b_block)
-        else:
-            self._register_step(tile, reduce, src.dtype, owned, a_block, b_block)
-        self.add("BARRIER", None, (), pure=False)
-        for blk, values in zip(blocks_of, following):
-            blk.store(values)
-        self.add("BARRIER", None, (), pure=False)
-        self.close_range(k_range)
+        if steps > 1:
+            k_step = self.new_var(steps - 1)
+            k_range = self.open_range(k_step, 0, steps - 1)
+            following = [blk.load(sym.add(k_step, sym.Num(1))) for blk in blocks_of]
+            self._step(tile, reduce, src.dtype, owned, a_block, b_block, sym.mod(k_step, 2))
+            for blk, values in zip(blocks_of, following):
+                blk.store(values, sym.mod(sym.add(k_step, sym.Num(1)), 2))
+            self.add("BARRIER", None, (), pure=False)
+            self.close_range(k_range)
+        self._step(tile, reduce, src.dtype, owned, a_block, b_block, sym.Num((steps - 1) % 2))
 
         epilogue = self.flops
         cells = owned.cells
@@ -220,14 +224,22 @@ class BlockTileLowering:
         cells = [((rows[i], cols[j]), accs[i][j]) for i in range(tile.tm) for j in range(tile.tn)]
         return _Owned(cells, (rows, cols, accs))
 
+    def _step(self, tile: BlockTile | MmaTile, reduce: Node, dtype, owned: _Owned, a_block: _Block,
+              b_block: _Block, stage: Expr) -> None:
+        """One k step's products from the blocks of ``stage``."""
+        if isinstance(tile, MmaTile):
+            self._mma_step(tile, owned, a_block, b_block, stage)
+        else:
+            self._register_step(tile, reduce, dtype, owned, a_block, b_block, stage)
+
     def _register_step(self, tile: BlockTile, reduce: Node, dtype, owned: _Owned, a_block: _Block,
-                       b_block: _Block) -> None:
+                       b_block: _Block, stage: Expr) -> None:
         """One k step's products of the item's register tile, in a loop over the step's k."""
         rows, cols, accs = owned.layout
         kk = self.new_var(tile.bk)
         kk_range = self.open_range(kk, 0, tile.bk)
-        a_values = [a_block.read(kk, r) for r in rows]
-        b_values = [b_block.read(kk, c) for c in cols]
+        a_values = [a_block.read(kk, r, stage) for r in rows]
+        b_values = [b_block.read(kk, c, stage) for c in cols]
         for i, a_value in enumerate(a_values):
             for j, b_value in enumerate(b_values):
                 product = self.add("ALU", dtype, (a_value, b_value), "mul")
@@ -251,7 +263,8 @@ class BlockTileLowering:
                  for r, acc in enumerate(tile_accs)]
         return _Owned(cells, (row0, col0, group, pair, accs))
 
-    def _mma_step(self, tile: MmaTile, owned: _Owned, a_block: _PackedBlock, b_block: _PackedBlock) -> None:
+    def _mma_step(self, tile: MmaTile, owned: _Owned, a_block: _PackedBlock, b_block: _PackedBlock,
+                  stage: Expr) -> None:
         """One k step's tensor-core products of the item's warp, 16 of k at a time: each 16 x 16
         A fragment and 16 x 8 B fragment read once, each pair's product accumulated. A lane
         reads its fragments from its row (A) or column (B) ``l / 4`` of the tile, at k
@@ -259,9 +272,9 @@ class BlockTileLowering:
         row0, col0, group, pair, accs = owned.layout
         for k16 in range(0, tile.bk, 16):
             kk = sym.add(pair, sym.Num(k16))
-            a_fragments = [a_block.fragment("a", sym.add(row0, sym.add(group, sym.Num(16 * i))), kk)
+            a_fragments = [a_block.fragment("a", sym.add(row0, sym.add(group, sym.Num(16 * i))), kk, stage)
                            for i in range(len(accs))]
-            b_fragments = [b_block.fragment("b", sym.add(col0, sym.add(group, sym.Num(8 * j))), kk)
+            b_fragments = [b_block.fragment("b", sym.add(col0, sym.add(group, sym.Num(8 * j))), kk, stage)
                            for j in range(len(accs[0]))]
             for i, a_fragment in enumerate(a_fragments):
                 for j, b_fragment in enumerate(b_fragments):
@@ -292,7 +305,8 @@ class _Block:
         # Along k, the items' stores land a pitch apart: four words more than the block's width
         # spread them over the shared memory banks (and keep rows aligned for vector loads).
         self.pitch = width + 4 if self.along_k else width
-        self.shared = lowerer.add("LOCAL", operand.dtype, (), tile.bk * self.pitch, pure=False)
+        self.size = tile.bk * self.pitch  # elements of one stage
+        self.shared = lowerer.add("LOCAL", operand.dtype, (), STAGES * self.size, pure=False)
 
     def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
         """This item's elements of step ``k_step``'s block: (shared position, value) pairs."""
@@ -327,16 +341,17 @@ class _Block:
             value = low.add("WHERE", operand.dtype, (low.index(valid), value, zero))
         return value
 
-    def store(self, values: list[tuple[Expr, int]]) -> None:
-        """``load``'s pairs into the shared block."""
+    def store(self, values: list[tuple[Expr, int]], stage: Expr) -> None:
+        """``load``'s pairs into the shared block of ``stage``."""
         low = self.lowerer
+        start = sym.mul(stage, self.size)
         for position, value in values:
-            low.add("STORE", None, (self.shared, low.index(position), value), pure=False)
+            low.add("STORE", None, (self.shared, low.index(sym.add(start, position)), value), pure=False)
 
-    def read(self, kk: Expr, position: Expr) -> int:
-        """The element at ``position`` of step ``kk`` of the shared block."""
+    def read(self, kk: Expr, position: Expr, stage: Expr) -> int:
+        """The element at ``position`` of step ``kk`` of the shared block of ``stage``."""
         low = self.lowerer
-        index = low.index(sym.add(sym.mul(kk, self.pitch), position))
+        index = low.index(sym.add(sym.mul(stage, self.size), sym.add(sym.mul(kk, self.pitch), position)))
         return low.add("LOAD", self.operand.dtype, (self.shared, index), pure=False)
 
 
@@ -357,8 +372,8 @@ class _PackedBlock(_Block):
         nd = len(operand.shape)
         self.along_k = read_stride(operand, nd - 1) == 1 or read_stride(operand, axis) != 1
         self.pitch = (tile.bk if self.along_k else width) + _PACKED_PAD
-        rows = width if self.along_k else tile.bk
-        self.shared = lowerer.add("LOCAL", operand.dtype, (), (rows * self.pitch, "stored"), pure=False)
+        self.size = (width if self.along_k else tile.bk) * self.pitch
+        self.shared = lowerer.add("LOCAL", operand.dtype, (), (STAGES * self.size, "stored"), pure=False)
 
     def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
         """This item's elements of step ``k_step``'s block: runs of four neighbours along the
@@ -386,12 +401,12 @@ class _PackedBlock(_Block):
             return sym.add(sym.mul(position, self.pitch), kk)
         return sym.add(sym.mul(kk, self.pitch), position)
 
-    def fragment(self, kind: str, position: Expr, kk: Expr) -> int:
+    def fragment(self, kind: str, position: Expr, kk: Expr, stage: Expr) -> int:
         """The lane's ``kind`` ("a" or "b") fragment of the tile whose row (A) or column (B)
-        ``position`` the lane reads, from ``kk`` on."""
+        ``position`` the lane reads, from ``kk`` on, in the block of ``stage``."""
         low = self.lowerer
         kind = kind if self.along_k else kind + "t"
-        index = low.index(self.element(position, kk))
+        index = low.index(sym.add(sym.mul(stage, self.size), self.element(position, kk)))
         return low.add("FRAGMENT", self.operand.dtype, (self.shared, index), (kind, self.pitch), pure=False)
 
 
