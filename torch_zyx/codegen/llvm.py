@@ -127,6 +127,11 @@ class LLVMRenderer:
         self.counter = 0
         self.block = "entry"
         self.loops: dict[int, tuple[str, str, str, str]] = {}
+        # A half or bfloat16 element's exact bits where they are known: float register value ->
+        # the i16 it was loaded as (an unmasked load) or made from (BITCAST). Storing the value
+        # stores them and BITCAST reads them: rounding through float would quiet a NaN's bits
+        # (as the C-style renderer keeps a loaded half's bits: cstyle ``raw``).
+        self.bits16: dict[str, str] = {}
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -437,7 +442,11 @@ class LLVMRenderer:
             buf, index, value = (self.values[s] for s in ins.srcs)
             dtype = instrs[ins.srcs[2]].dtype
             mt = MEMORY_TYPE[dtype.name]
-            value = self.to_memory(value, dtype)
+            bits = self.bits16.get(value) if dtype.itemsize == 2 and dtype.is_float else None
+            if bits is not None:
+                value = self.emit(f"bitcast i16 {bits} to {mt}")
+            else:
+                value = self.to_memory(value, dtype)
             ptr = self.emit(f"getelementptr inbounds {mt}, ptr {buf}, i64 {index}", "p")
             self.lines.append(f"  store {mt} {value}, ptr {ptr}{self.alias_tags(ins.srcs[0])}")
         elif op == "ALU":
@@ -445,6 +454,9 @@ class LLVMRenderer:
             self.values[i] = self.alu(ins.arg, ins.dtype, srcs, instrs[ins.srcs[0]].dtype)
         elif op == "CAST":
             self.values[i] = self.cast(self.values[ins.srcs[0]], instrs[ins.srcs[0]].dtype, ins.dtype)
+        elif op == "BITCAST":
+            bits = self.bits_of(self.values[ins.srcs[0]], instrs[ins.srcs[0]].dtype)
+            self.values[i] = self.from_bits(bits, ins.dtype)
         elif op == "WHERE":
             c, a, b = (self.values[s] for s in ins.srcs)
             t = self.rtype(ins.dtype)
@@ -487,6 +499,33 @@ class LLVMRenderer:
         chosen = self.emit(f"select i1 {nan}, i32 {quiet}, i32 {rounded}", "i")
         return self.emit(f"trunc i32 {chosen} to i16", "i")
 
+    def bits_of(self, value: str, dtype: DType) -> str:
+        """The bits of register ``value`` of ``dtype`` as an integer of its size (BITCAST)."""
+        if dtype.kind != "f":
+            return value
+        if value in self.bits16:
+            return self.bits16[value]
+        if dtype.name == "bfloat16":  # the upper half of its float register, exactly
+            wide = self.emit(f"lshr i32 {self.emit(f'bitcast float {value} to i32', 'i')}, 16", "i")
+            return self.emit(f"trunc i32 {wide} to i16", "i")
+        if dtype.name == "float16":
+            value = self.emit(f"fptrunc float {value} to half")
+        return self.emit(f"bitcast {MEMORY_TYPE[dtype.name]} {value} to i{8 * dtype.itemsize}", "i")
+
+    def from_bits(self, bits: str, dtype: DType) -> str:
+        """Integer ``bits`` of ``dtype``'s size as a register value of ``dtype`` (BITCAST)."""
+        if dtype.kind != "f":
+            return bits
+        if dtype.name == "bfloat16":
+            wide = self.emit(f"shl i32 {self.emit(f'zext i16 {bits} to i32', 'i')}, 16", "i")
+            value = self.emit(f"bitcast i32 {wide} to float")
+        elif dtype.name == "float16":
+            value = self.emit(f"fpext half {self.emit(f'bitcast i16 {bits} to half')} to float")
+        else:
+            return self.emit(f"bitcast i{8 * dtype.itemsize} {bits} to {MEMORY_TYPE[dtype.name]}")
+        self.bits16[value] = bits
+        return value
+
     def load(self, ins: Instr) -> str:
         buf, index = self.values[ins.srcs[0]], self.values[ins.srcs[1]]
         dtype = ins.dtype
@@ -499,10 +538,16 @@ class LLVMRenderer:
         if dtype.kind == "b":
             value = self.emit(f"icmp ne i8 {value}, 0")
         elif dtype.name == "bfloat16":  # the upper half of a float: shift instead of a libcall
-            wide = self.emit(f"zext i16 {self.emit(f'bitcast bfloat {value} to i16', 'i')} to i32", "i")
+            bits = self.emit(f"bitcast bfloat {value} to i16", "i")
+            wide = self.emit(f"zext i16 {bits} to i32", "i")
             value = self.emit(f"bitcast i32 {self.emit(f'shl i32 {wide}, 16', 'i')} to float")
+            if valid is None:
+                self.bits16[value] = bits
         elif dtype.name == "float16":
+            bits = self.emit(f"bitcast half {value} to i16", "i")  # (unused ones are dropped by LLVM)
             value = self.emit(f"fpext {mt} {value} to float")
+            if valid is None:
+                self.bits16[value] = bits
         if valid is not None:
             zero = literal(0, dtype) if dtype.kind != "f" else float_literal(0.0, dtypes.float32)
             value = self.emit(f"select i1 {valid}, {self.rtype(dtype)} {value}, {self.rtype(dtype)} {zero}")

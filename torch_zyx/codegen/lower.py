@@ -263,7 +263,7 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering, BlockTileLowering)
         for i in order:
             per_src[i] = self.emit(node.srcs[i], lanes)
         self.flops += len(lanes)
-        if op in ("CAST", "WHERE"):
+        if op in ("CAST", "BITCAST", "WHERE"):
             return [self.add(op, node.dtype, srcs) for srcs in zip(*per_src)]
         return [self.add("ALU", node.dtype, srcs, arg) for srcs in zip(*per_src)]
 

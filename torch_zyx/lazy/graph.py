@@ -11,6 +11,8 @@ Primitive set (DESIGN.md "Lazy graph"):
   RANDOM   counter-based uniform [0, 1) float32          arg: (seed, counter offset)
   IOTA     int64 flat position of each element
   UNARY / BINARY / WHERE / CAST                          arg: op name / dtype
+  BITCAST  the bits of each element read as another dtype of its size (a float's as an
+           integer's, or back)                           arg: dtype
   REDUCE   keepdim reduce                                arg: (op, axes)
   RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP            movement, arg: their parameters
   STRIDED  (shape, strides, offset) view of a flat node
@@ -32,7 +34,7 @@ from ..config import native_extension
 from ..dtypes import DType
 
 MOVEMENT = frozenset({"RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "STRIDED"})
-ELEMENTWISE = frozenset({"UNARY", "BINARY", "WHERE", "CAST"})
+ELEMENTWISE = frozenset({"UNARY", "BINARY", "WHERE", "CAST", "BITCAST"})
 UNARY_OPS = frozenset({
     "neg", "exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tan", "recip", "floor", "ceil",
     "round", "trunc", "abs", "not", "erf", "tanh", "expm1", "log1p", "atan", "asin", "acos",
@@ -170,6 +172,73 @@ def flat(x: Node) -> Node:
         return _const_like(x, (numel,))
     shape = (numel,)
     return _intern("RESHAPE", shape, shape, (x,), x.dtype, shape)
+
+
+# The integer dtype of each element size: what a bitcast moves bits through (uint8 for bytes, so
+# widening one zero-extends).
+_BITS = {1: dtypes.uint8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+
+def bitcast(x: Node, dtype: DType) -> Node:
+    """The bytes of ``x`` read as ``dtype``, as ``Tensor.view(dtype)`` reads them: for an element
+    size as large, the same shape; for a larger one, each run of ``ratio`` elements along the
+    last axis is one element (the first its lowest bytes: little-endian, as every host zyx runs
+    on); for a smaller one, each element is ``ratio`` along the last axis. The last axis must
+    divide (the caller's check, as ATen's). Only BITCAST of equal sizes is a primitive; the rest
+    is integer shifts, masks and casts, which every renderer has."""
+    src = x.dtype
+    if src is dtype:
+        return x
+    size, new = src.itemsize, dtype.itemsize
+    if size == new:
+        return _bitcast_same(x, dtype)
+    bits = _bitcast_same(x, _BITS[size])
+    wide = _join(bits, _BITS[new], new // size) if new > size else _split(bits, _BITS[new], size // new)
+    return _bitcast_same(wide, dtype)
+
+
+def _bitcast_same(x: Node, dtype: DType) -> Node:
+    """``x``'s bits as ``dtype`` of the same element size."""
+    if x.dtype is dtype:
+        return x
+    if not x.dtype.is_float and not dtype.is_float:
+        # Between integers of one size a cast keeps the bits (it wraps); bool, stored as a byte
+        # 0 or 1, casts to and from those bytes (a byte other than 0 or 1 reads as True).
+        return cast(x, dtype)
+    return _intern("BITCAST", dtype, dtype, (x,), dtype, x.shape)
+
+
+def _join(x: Node, wide: DType, ratio: int) -> Node:
+    """Integer ``x`` with each run of ``ratio`` elements along its last axis made one integer of
+    dtype ``wide``: element j of a run shifted up by j of its sizes, or'ed together."""
+    *outer, last = x.shape
+    runs = reshape(x, (*outer, last // ratio, ratio))
+    kept = tuple((0, s) for s in runs.shape[:-1])
+    width = 8 * x.dtype.itemsize
+    out = None
+    for j in range(ratio):
+        part = cast(reshape(shrink(runs, (*kept, (j, j + 1))), runs.shape[:-1]), wide)
+        if x.dtype.kind == "i" and j < ratio - 1:
+            # (a signed part widens with copies of its sign bit: masked off, except in the top
+            # part, whose shift pushes them out)
+            part = binary("and", part, const((1 << width) - 1, wide, part.shape))
+        if j:
+            part = binary("shl", part, const(width * j, wide, part.shape))
+        out = part if out is None else binary("or", out, part)
+    return out
+
+
+def _split(x: Node, narrow: DType, ratio: int) -> Node:
+    """Integer ``x`` with each element made ``ratio`` integers of dtype ``narrow`` along its last
+    axis, lowest bits first: element j is the element shifted down by j of their sizes and cut."""
+    *outer, last = x.shape
+    shape = (*outer, last, ratio)
+    spread = expand(reshape(x, (*outer, last, 1)), shape)
+    # The position along the new axis of each element: its flat position modulo ``ratio`` (a
+    # power of two: masked).
+    part = binary("and", iota(shape), const(ratio - 1, dtypes.int64, shape))
+    shift = cast(binary("mul", part, const(8 * narrow.itemsize, dtypes.int64, shape)), x.dtype)
+    return reshape(cast(binary("shr", spread, shift), narrow), (*outer, last * ratio))
 
 
 def permute(x: Node, axes: tuple[int, ...]) -> Node:

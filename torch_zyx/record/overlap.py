@@ -109,14 +109,32 @@ def _overlap(dst: ZyxTensor, src, exact_allowed: bool) -> bool:
     PARTIAL, or FULL too when ``exact_allowed`` is false)."""
     if src is dst:
         return not exact_allowed
-    if not isinstance(src, ZyxTensor) or src._storage is not dst._storage or src.numel() == 0:
+    if not isinstance(src, ZyxTensor) or src.numel() == 0:
         return False
-    span, other = _dense_span(dst), _dense_span(src)
+    # (dtype views, tensor.ReinterpretedStorage, share their base's memory)
+    if src._storage is not dst._storage and _memory(src._storage) is not _memory(dst._storage):
+        return False
+    span, other = _byte_span(dst), _byte_span(src)
     if span is None or other is None or span[0] >= other[1] or other[0] >= span[1]:
         return False
-    if span == other and meta(src)[1] == meta(dst)[1]:
+    if span == other and meta(src)[1] == meta(dst)[1]:  # (as ATen: strides compared in elements)
         return not exact_allowed
     return True
+
+
+def _memory(storage):
+    """The storage whose memory ``storage`` is: itself, or a dtype view's base."""
+    return getattr(storage, "base", storage)
+
+
+def _byte_span(t: ZyxTensor) -> tuple[int, int] | None:
+    """``_dense_span`` in bytes, as ATen compares memory: tensors of one storage may differ in
+    dtype (dtype views)."""
+    span = _dense_span(t)
+    if span is None:
+        return None
+    size = t._storage.dtype.itemsize
+    return span[0] * size, span[1] * size
 
 
 def check_inputs(dst, inputs, exact_allowed: bool = True) -> None:

@@ -30,7 +30,7 @@ from .pending import (
     sweep_pending,
     sweep_threshold,
 )
-from .transfer import ZYX_TO_TORCH, from_cpu, host_view, storage_to_cpu, to_cpu
+from .transfer import TORCH_TO_ZYX, ZYX_TO_TORCH, from_cpu, host_view, storage_to_cpu, to_cpu
 
 
 class Storage:
@@ -102,6 +102,107 @@ class Storage:
         if poisoned:  # (values computed from an input that failed a check: checks.py)
             raise_poisoned(buffer)
         return buffer
+
+
+class ReinterpretedStorage:
+    """A storage's bytes read as another dtype: the storage of ``Tensor.view(dtype)``.
+
+    It has ``Storage``'s surface in its own dtype, so the tensor model reads and writes a dtype
+    view as any other view (a tensor's dtype stays its storage's), while the contents stay in
+    ``base`` alone: reading ``value`` bitcasts the base's current value, and a value written is
+    bitcast back into it, so writes through either tensor reach the other. ``numel`` follows
+    the base's: the whole elements of this dtype its bytes hold.
+    """
+
+    __slots__ = ("__weakref__", "base", "device", "dtype")
+    _shaped = None  # never one node of its shape: reads go through ``value`` (fast paths decline)
+
+    def __init__(self, base: Storage, dtype):
+        self.base, self.dtype, self.device = base, dtype, base.device
+
+    @property
+    def numel(self) -> int:
+        return self.base.numel * self.base.dtype.itemsize // self.dtype.itemsize
+
+    @numel.setter
+    def numel(self, numel: int) -> None:
+        # (resize_ sets it after assigning the grown value, which grew the base: see ``value``)
+        assert numel <= self.numel
+
+    @property
+    def value(self) -> Node:
+        base = self.base
+        value = base.value
+        ratio = self.dtype.itemsize // base.dtype.itemsize
+        if ratio > 1 and base.numel % ratio:
+            # (the bytes of a last, partial element of this dtype: no view can reach them)
+            value = g.shrink(value, ((0, base.numel - base.numel % ratio),))
+        return g.bitcast(value, self.dtype)
+
+    @value.setter
+    def value(self, value: Node) -> None:
+        base = self.base
+        whole = self.dtype.itemsize >= base.dtype.itemsize
+        if value.op == "SETVIEW" and whole and value.srcs[0] is self.value:
+            # A region of whole base elements: written into the base as a region of its own (each
+            # element of this dtype ``ratio`` of the base's), without bitcasting the whole
+            # storage there and back.
+            shape, strides, offset = value.arg
+            ratio = self.dtype.itemsize // base.dtype.itemsize
+            part = value.srcs[1]
+            if ratio > 1:
+                part = g.reshape(part, (*shape, 1))
+                shape, strides, offset = (*shape, ratio), (*(s * ratio for s in strides), 1), offset * ratio
+            base.value = g.setview(base.value, g.bitcast(part, base.dtype), shape, strides, offset)
+            return
+        size = base.dtype.itemsize
+        extra = -(value.shape[0] * self.dtype.itemsize) % size
+        if extra:  # (grown by resize_ to part of a base element: its other bytes are zero)
+            value = g.pad(value, ((0, extra // self.dtype.itemsize),))
+        flat = g.bitcast(value, base.dtype)
+        numel = flat.shape[0]
+        if numel >= base.numel:
+            base.numel = numel  # (resize_ grows a view's storage: the base's, as on CPU)
+            base.value = flat
+        else:
+            base.value = g.setview(base.value, flat, (numel,), (1,), 0)
+
+    # (what code reading a storage's current node asks: ``storage._shaped or storage._value``)
+    _value = value
+
+    @property
+    def shaped(self) -> None:
+        return None
+
+    def assign(self, node: Node) -> None:
+        """Make ``node`` (``numel`` elements of this dtype) the whole contents."""
+        self.value = g.flat(node)
+
+    def realize(self):
+        """The base's buffer (these bytes, in the base's dtype)."""
+        return self.base.realize()
+
+
+# One ReinterpretedStorage per (base, dtype) while a tensor holds it, so that two dtype views of
+# one storage share their storage object as they share their memory (the overlap checks and
+# is_set_to compare storages): (id of the base, dtype) -> it. The entry dies with it, and the
+# base outlives it (it holds the base), so an id here is never another storage's.
+_reinterpreted: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def reinterpreted(storage, dtype):
+    """``storage`` (a Storage, or a ReinterpretedStorage of one) read as ``dtype``: the storage of
+    a dtype view of a tensor of it."""
+    if storage.dtype is dtype:
+        return storage
+    base = getattr(storage, "base", storage)
+    if base.dtype is dtype:
+        return base
+    key = (id(base), dtype)
+    view = _reinterpreted.get(key)
+    if view is None:
+        view = _reinterpreted[key] = ReinterpretedStorage(base, dtype)
+    return view
 
 
 # The wrapper's own storage is a placeholder (data lives in ``Storage``); it is declared huge so
@@ -281,6 +382,7 @@ def _saved_view(t: ZyxTensor) -> torch.Tensor:
     """What torch.save writes for ``t``: a view of the CPU copy of its whole storage, the same
     copy for every tensor of that storage in one save."""
     storage = t._storage
+    storage = getattr(storage, "base", storage)  # (a dtype view is saved as a view of its base's bytes)
     key = id(storage)
     entry = _saved.get(key)
     first = entry[1]() if entry is not None and entry[0]() is storage else None
@@ -292,22 +394,25 @@ def _saved_view(t: ZyxTensor) -> torch.Tensor:
 
 
 # Host storage -> the zyx Storage holding a copy of its bytes, while the storage object lives
-# (id -> (weak reference, dtype, device, Storage)): torch.load keeps one Python object per saved
+# (id -> (weak reference, device, Storage)): torch.load keeps one Python object per saved
 # storage while it rebuilds the tensors on it, so the tensors rebuilt on one storage (views of one
 # tensor, tied weights) share one zyx Storage, as they shared theirs when saved.
 _from_host_storages: dict[int, tuple] = {}
 
 
-def storage_from_host(source: torch.UntypedStorage, dtype: torch.dtype, device) -> Storage:
+def storage_from_host(source: torch.UntypedStorage, dtype: torch.dtype,
+                      device) -> Storage | ReinterpretedStorage:
     """The zyx Storage on ``device`` holding the bytes of host storage ``source`` (a CPU storage,
-    or a zyx one: integration/storage.py) as ``dtype``, the same one for every call while ``source`` lives."""
+    or a zyx one: integration/storage.py) as ``dtype``, the same one for every call while ``source`` lives
+    (read as another dtype, a ``ReinterpretedStorage`` of it)."""
     key = id(source)
     known = _from_host_storages.get(key)
-    if known is not None and known[0]() is source and known[1] == dtype and known[2] is device:
-        return known[3]
+    if known is not None and known[0]() is source and known[1] is device:
+        # (a tensor of another dtype on the same bytes, saved from a dtype view: a dtype view again)
+        return reinterpreted(known[2], TORCH_TO_ZYX[dtype])
     storage = Storage(from_cpu(host_view(source, dtype), device), device)
-    _from_host_storages[key] = (weakref.ref(source, lambda _ref: _from_host_storages.pop(key, None)), dtype,
-                                device, storage)
+    _from_host_storages[key] = (weakref.ref(source, lambda _ref: _from_host_storages.pop(key, None)), device,
+                                storage)
     return storage
 
 
@@ -469,7 +574,7 @@ def write(t: ZyxTensor, node: Node) -> None:
     """Overwrite ``t``'s region of its storage with ``node`` (cast and broadcast to ``t``)."""
     storage = t._storage
     if unbound:
-        bind_unbound(storage)
+        bind_unbound(getattr(storage, "base", storage))  # (the storage a realization computes)
     if node.dtype is not storage.dtype:
         node = g.cast(node, storage.dtype)
     shape, strides, offset, dense = t._zmeta or meta(t)

@@ -98,12 +98,15 @@ def storage_to_cpu(storage: Storage) -> torch.Tensor:
     flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype])
     if not storage.numel:
         return flat
+    # (the storage's bytes: a dtype view's storage reads its base's buffer, whose last bytes may
+    # be part of no element of its dtype)
+    nbytes = storage.numel * storage.dtype.itemsize
     wait = device.events.take([buffer.id])
-    if buffer.nbytes >= PARALLEL_COPY_BYTES and _host_memory(device):
+    if nbytes >= PARALLEL_COPY_BYTES and _host_memory(device):
         wait_all(wait)
-        flat.view(torch.uint8).copy_(_host_bytes(buffer.ptr, buffer.nbytes))
+        flat.view(torch.uint8).copy_(_host_bytes(buffer.ptr, nbytes))
     else:
-        device.pool.pool_to_host(buffer.raw, flat.data_ptr(), buffer.nbytes, wait)
+        device.pool.pool_to_host(buffer.raw, flat.data_ptr(), nbytes, wait)
     return flat
 
 
@@ -113,7 +116,9 @@ def to_cpu(t: ZyxTensor, held: int | None = None) -> torch.Tensor:
     a temporary ``(a * b).cpu()`` from a tensor something else holds."""
     storage = t._storage
     if t.storage_offset() == 0 and t.numel() == storage.numel and t.is_contiguous():
-        flat = None if held is None else _read_directly(t, storage, held)
+        # (a dtype view's storage holds no value of its own to compute into the CPU tensor)
+        direct = held is not None and getattr(storage, "base", None) is None
+        flat = _read_directly(t, storage, held) if direct else None
         if flat is None:
             flat = storage_to_cpu(storage)
         return flat.view(tuple(t.shape))  # the copy is already private to the caller
@@ -254,7 +259,8 @@ def to_torch_device(t: ZyxTensor, device: torch.device) -> torch.Tensor:
     flat = torch.empty(storage.numel, dtype=ZYX_TO_TORCH[storage.dtype], device=torch.device("cuda", index))
     if storage.numel:
         stream = torch.cuda.current_stream(index).cuda_stream
-        event = zyx_device.pool.to_device(buffer.raw, flat.data_ptr(), index, buffer.nbytes,
+        nbytes = storage.numel * storage.dtype.itemsize  # (a dtype view's bytes: see storage_to_cpu)
+        event = zyx_device.pool.to_device(buffer.raw, flat.data_ptr(), index, nbytes,
                                           zyx_device.events.take([buffer.id]), stream)
         zyx_device.events.record([buffer.id], event)
     if t.storage_offset() == 0 and t.numel() == storage.numel and t.is_contiguous():
@@ -276,7 +282,7 @@ def from_other_device(src: ZyxTensor, device) -> Node:
     copy = Buffer(device, storage.dtype, storage.numel)
     if storage.numel:
         wait = source.events.take([buffer.id])
-        event = pool.pool_to_pool(buffer.raw, source.pool, buffer.nbytes, copy.raw, wait)
+        event = pool.pool_to_pool(buffer.raw, source.pool, copy.nbytes, copy.raw, wait)
         # The source's pool must not hand the buffer out before the copy (another stream) read it.
         source.events.record([buffer.id], event)
         device.events.record([copy.id], event)

@@ -17,8 +17,8 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
-from ...record.tensor import ZyxTensor, meta, read, restride, wrap
-from ...record.transfer import zdtype
+from ...record.tensor import ZyxTensor, meta, read, reinterpreted, restride, wrap
+from ...record.transfer import TORCH_TO_ZYX, zdtype
 from ..registry import aten, cast, register, wrap_dim
 
 VIEW_OPS = [
@@ -249,14 +249,17 @@ def view_geometry(geometry, x: ZyxTensor, args, kwargs) -> tuple | None:
 _inference_mode_enabled = torch.is_inference_mode_enabled
 
 
-def view_of(x: ZyxTensor, shape, strides, offset: int) -> ZyxTensor:
-    """A view of ``x``'s storage. In inference mode a view of a normal tensor is a normal tensor,
-    as on CPU (PyTorch gives it the base's version counter, which an inference tensor refuses:
-    ``cache[:, pos] = k`` in an inference-mode loop over a cache made outside raised)."""
+def view_of(x: ZyxTensor, shape, strides, offset: int, storage=None) -> ZyxTensor:
+    """A view of ``x``'s storage (or of ``storage``, one reading it as another dtype). In
+    inference mode a view of a normal tensor is a normal tensor, as on CPU (PyTorch gives it the
+    base's version counter, which an inference tensor refuses: ``cache[:, pos] = k`` in an
+    inference-mode loop over a cache made outside raised)."""
+    if storage is None:
+        storage = x._storage
     if _inference_mode_enabled() and not x.is_inference():
         with torch.inference_mode(False):
-            return ZyxTensor(x._storage, shape, strides, offset)
-    return ZyxTensor(x._storage, shape, strides, offset)
+            return ZyxTensor(storage, shape, strides, offset)
+    return ZyxTensor(storage, shape, strides, offset)
 
 
 def _view_lowering(func):
@@ -281,6 +284,32 @@ def _view_lowering(func):
 
 for _op in VIEW_OPS:
     register(_op)(_view_lowering(_op))
+
+
+# Renderers that render the loop IR's BITCAST (a float's bits as an integer's, and back). The
+# C-style ones (OpenCL, CUDA) have no BITCAST yet: there a dtype view that reads a float's bits
+# declines (the CPU fallback makes a copy, as before); views between integers and bool need none.
+_BITCAST_RENDERERS = frozenset({"llvm"})
+
+
+@register(aten.view.dtype)
+def view_dtype(x, dtype):
+    """``x``'s bytes read as ``dtype``: a view of its memory (record/tensor.py
+    ``ReinterpretedStorage``), so writes through it reach ``x`` and writes to ``x`` show in it.
+    ATen's own view_dtype, run on a meta tensor of ``x``'s geometry, makes its checks with its
+    messages (the last axis divisible, stride(-1) 1, offset and strides divisible, ...) and gives
+    the view's shape, strides and offset in elements of ``dtype``."""
+    result = aten.view.dtype(_meta_of(x), dtype)
+    new = TORCH_TO_ZYX.get(dtype)
+    if new is None:
+        raise NotImplementedError  # (a dtype zyx has no storage for)
+    storage = x._storage
+    base = getattr(storage, "base", storage)
+    if (new.is_float or base.dtype.is_float) and new is not base.dtype \
+            and storage.device.runtime.renderer not in _BITCAST_RENDERERS:
+        raise NotImplementedError
+    return view_of(x, tuple(result.shape), tuple(result.stride()), result.storage_offset(),
+                   reinterpreted(storage, new))
 
 
 @register(aten.flatten.using_ints)

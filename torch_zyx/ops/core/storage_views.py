@@ -87,9 +87,15 @@ def set_storage_(x, source, storage_offset=0, size=None, stride=None):
 
 @register(aten.is_set_to.default)
 def is_set_to(x, other):
-    """Whether ``x`` views the same storage as ``other`` with the same offset, sizes, strides."""
-    return (isinstance(other, ZyxTensor) and x._storage is other._storage
+    """Whether ``x`` views the same storage as ``other`` with the same offset, sizes, strides (as
+    ATen: whatever the dtypes, so a dtype view's storage counts as its base's)."""
+    return (isinstance(other, ZyxTensor) and _base(x._storage) is _base(other._storage)
             and meta_of(x)[:3] == meta_of(other)[:3])
+
+
+def _base(storage):
+    """The storage whose memory ``storage`` is (itself, or a dtype view's base)."""
+    return getattr(storage, "base", storage)
 
 
 @register(aten._has_same_storage_numel.default)
