@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_map
 
 from .config import CONFIG
 from .counters import bump
-from .ops import registry
+from .ops import argument_checks, registry
 from .record import overlap, random
 from .record.pending import defer_error, reraise_deferred
 from .record.tensor import ZyxTensor, read, set_dispatcher, wrap, write
@@ -80,31 +80,6 @@ def _out_args(func, kwargs):
     return [kwargs[a.name] for a in func._schema.arguments if a.is_out and a.name in kwargs]
 
 
-# Ops whose out= forms must have the result's dtype exactly (ATen's structured kernels that are
-# not elementwise), with ATen's message when it is not the common one.
-_EXACT_DTYPE_OUT = {"gather": None, "aminmax": None,
-                    "multinomial": "multinomial expects Long tensor out, got: {got}",
-                    "nan_to_num": "nan_to_num: dtype of out: {got} should be same as input: {expected}"}
-# ATen's "borrowing" unary ops (TensorIterator with check_all_same_dtype): the out= tensor must
-# have the input's dtype, which is their result's.
-_SAME_DTYPE_MESSAGE = "Found dtype {got} but expected {expected}"
-_EXACT_DTYPE_OUT.update(dict.fromkeys(("abs", "neg", "sign", "sgn", "ceil", "floor", "round", "trunc", "frac",
-                                       "bitwise_not", "fix", "conj_physical"), _SAME_DTYPE_MESSAGE))
-
-
-def _check_out_dtype(op_name: str, outs, results) -> None:
-    if op_name not in _EXACT_DTYPE_OUT:
-        return
-    message = _EXACT_DTYPE_OUT[op_name]
-    for out, value in zip(outs, results):
-        if out.dtype == value.dtype:
-            continue
-        if message is not None:
-            raise RuntimeError(message.format(got=_dtype_name(out.dtype), expected=_dtype_name(value.dtype)))
-        raise RuntimeError(f"Expected out tensor to have dtype {registry.type_meta_name(value.dtype)}, "
-                           f"but got {registry.type_meta_name(out.dtype)} instead")
-
-
 def _resize_out(dst, value, stacklevel: int = 5) -> None:
     """Resize an ``out`` tensor to ``value``'s shape when they differ, as ATen does (warning
     when it had elements, at the user's call: ``stacklevel`` frames up)."""
@@ -121,14 +96,10 @@ def _assign(dst, value) -> None:
     if isinstance(dst, ZyxTensor):
         _resize_out(dst, value)
         if value.dtype != dst.dtype and not torch.can_cast(value.dtype, dst.dtype):
-            raise RuntimeError(f"result type {_dtype_name(value.dtype)} can't be cast to the desired "
-                               f"output type {_dtype_name(dst.dtype)}")
+            raise argument_checks.cast_error(value.dtype, dst.dtype)
         write(dst, read(value))
     else:
         dst.copy_(value)
-
-
-_dtype_name = registry.dtype_name
 
 
 def torch_dispatch(cls, func, types, args=(), kwargs=None):
@@ -174,27 +145,29 @@ def _dispatch_unlowered(func, args, kwargs):
             after_resize = overlap.rules_of(func).after_resize
             if not after_resize:
                 overlap.check_write(func, outs, inputs)
+            # (ATen checks most out= dtype rules before its kernel checks the input dtypes)
+            argument_checks.check_out(op_name, args, call_kwargs, outs)
             result = dispatch(functional, args, call_kwargs)
             results = result if isinstance(result, (tuple, list)) else (result,)
             if after_resize:
                 for dst, value in zip(outs, results):
                     _resize_out(dst, value, stacklevel=4)
                 overlap.check_write(func, outs, inputs)
-            _check_out_dtype(op_name, outs, results)
+            argument_checks.check_out_result(op_name, outs, results)
             for dst, value in zip(outs, results):
                 _assign(dst, value)
             return outs[0] if len(outs) == 1 else tuple(outs)
         dst = args[0]
         inputs = (args[1:], tuple(call_kwargs.values())) if call_kwargs else args[1:]
         overlap.check_write(func, (dst,), inputs)
+        argument_checks.check_inplace(func._name, args, call_kwargs)
         result = dispatch(functional, args, call_kwargs)
         if dst.__class__ is ZyxTensor and result.__class__ is ZyxTensor:
             same_dtype = dst._storage.dtype is result._storage.dtype  # (a tensor's dtype is its storage's)
         else:
             same_dtype = dst.dtype == result.dtype
         if not same_dtype and not torch.can_cast(result.dtype, dst.dtype):
-            raise RuntimeError(f"result type {_dtype_name(result.dtype)} can't be cast to the desired output "
-                               f"type {_dtype_name(dst.dtype)}")
+            raise argument_checks.cast_error(result.dtype, dst.dtype, func._name)
         if result.shape != dst.shape:
             raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast shape "
                                f"{list(result.shape)}")

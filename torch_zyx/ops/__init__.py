@@ -14,7 +14,8 @@ registers its ops on import. The lowerings are grouped by family:
 - ``optim/``: fused optimizer steps, ``_foreach_*`` ops and gradient scaling.
 
 Shared helpers live next to the table: ``registry`` (operands, promotion, broadcasting),
-``expr`` (formula nodes), ``fastpath`` (recording fast paths), ``derived_backward``.
+``expr`` (formula nodes), ``fastpath`` (recording fast paths), ``derived_backward``,
+``argument_checks`` (ATen's argument and dtype checks that lowerings and dispatch share).
 """
 
 from . import derived_backward  # noqa: F401  (registration)

@@ -61,29 +61,36 @@ def _fast_binary(name: str, kind, slow, inplace: bool):
         return slow(x, y, *rest, **kwargs)
 
     def general(x, y, *rest, **kwargs):
-        alpha = kwargs.pop("alpha", 1) if kwargs else 1  # (add, sub, rsub: y scaled by alpha)
-        if rest or kwargs:
-            return fallback(x, y, rest, {"alpha": alpha, **kwargs} if alpha != 1 else kwargs)
+        alpha = kwargs.get("alpha", 1) if kwargs else 1  # (add, sub, rsub: y scaled by alpha)
+        if rest or (kwargs and (len(kwargs) > 1 or "alpha" not in kwargs)):
+            return fallback(x, y, rest, kwargs)
         # whole_node(x), its commonest case (an op's fresh result) inline: a call less per op
         xn = x._storage._shaped if x.__class__ is ZyxTensor else None
         meta = x._zmeta if xn is not None else None
         if meta is None or not meta[3] or xn.shape != meta[0]:
             xn = whole_node(x)
             if xn is None:
-                return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
+                return fallback(x, y, rest, kwargs)
         dtype, shape = xn.dtype, xn.shape
         yc = y.__class__
         if yc is ZyxTensor:
             yn = whole_node(y)
             if yn is None or yn.shape != shape or yn.dtype is not dtype:
-                return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
+                return fallback(x, y, rest, kwargs)
         elif yc is not float and yc is not int and yc is not bool:
-            return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
+            return fallback(x, y, rest, kwargs)
         plan = plans.get((dtype, yc))
         if plan is None:
             plan = plans[(dtype, yc)] = fast_plan((x, y), kind, floats_only)
-        if not plan or (alpha != 1 and (swap or dtype.kind != "f" or alpha.__class__ not in (int, float))):
-            return fallback(x, y, rest, {"alpha": alpha} if alpha != 1 else {})
+        if not plan:
+            return fallback(x, y, rest, kwargs)
+        ac = alpha.__class__
+        scaled = ac is not int or alpha != 1
+        if scaled and (swap or dtype.kind != "f" or (ac is not int and ac is not float)):
+            # Only a number alpha on floats is taken here; the slow lowering checks any other
+            # against the result dtype (ATen's alpha_check: alpha=1.0 on integers raises, and
+            # alpha=True on anything but bools).
+            return fallback(x, y, rest, kwargs)
         if yc is not ZyxTensor:  # (after the plan: a float scalar need not fit x's dtype, e.g. nan)
             yn = _scalars.get((y, dtype, shape)) if y else None  # (zeros: graph.const keys their sign)
             if yn is None:

@@ -50,7 +50,7 @@ def out_of_bounds(dim: int, size: int) -> str:
 
 def _check_index_dtype(index, name: str) -> None:
     if index.dtype not in (torch.int64, torch.int32):
-        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
+        raise RuntimeError(f"{name}(): Expected dtype int32 or int64 for index")
 
 
 @register(aten.index_select.default)
@@ -300,7 +300,7 @@ def scatter(x, dim, index, src):
 
 @register(aten.scatter_add.default)
 def scatter_add(x, dim, index, src):
-    _check_scatter("scatter_add", x, index, src)
+    _check_scatter("scatter", x, index, src)  # (ATen names scatter_add's checks "scatter()")
     return _scatter(x, dim, index, src, reduce_add=True)
 
 

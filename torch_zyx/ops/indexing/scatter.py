@@ -20,9 +20,10 @@ from ...record.checks import check_index
 from ...record.tensor import read, wrap
 from ...record.transfer import zdtype
 from ..math.elementwise import floor_div
-from ..registry import aten, broadcast_shape, dtype_name, register
+from ..registry import aten, broadcast_shape, dtype_name, register, wrap_dim
 from .index import (
     OUT_OF_RANGE,
+    _check_scatter,
     _scatter_node,
     _wrap_negative,
     add_at,
@@ -79,20 +80,31 @@ def scatter_reduce_node(x: Node, dim: int, index: Node, src: Node, op: str, incl
     return g.cast(combined, out_dtype)
 
 
-def _check_reduce(reduce: str, name: str, allowed=_REDUCES) -> None:
-    if reduce not in allowed:
-        raise RuntimeError(f"{name}(): Expected reduce argument to be one of {', '.join(allowed)}, "
-                           f"but got {reduce}.")
+def _check_index_vector(name: str, index) -> None:
+    """The index checks of index_add_/index_reduce_ (ATen's index_func_meta_impl), made before
+    their source's dtype is."""
+    if index.dim() > 1:
+        raise IndexError(f"{name}_(): Index is supposed to be a vector, but got dim: {index.dim()} with "
+                         f"type: {dtype_name(index.dtype)} and size: {list(index.shape)}")
+    if index.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError(f"{name}_(): Expected dtype int32/int64 for index but got: "
+                           f"{dtype_name(index.dtype)}")
+
+
+def _check_index_source(name: str, x, source) -> None:
+    """index_add_/index_reduce_: ``source`` has the dtype of ``x``."""
+    if source.dtype != x.dtype:
+        raise RuntimeError(f"{name}_(): self ({dtype_name(x.dtype)}) and source ({dtype_name(source.dtype)}) "
+                           "must have the same scalar type")
 
 
 @register(aten.scatter_reduce.two)
 def scatter_reduce(x, dim, index, src, reduce, include_self=True):
-    _check_reduce(reduce, "reduce")
-    if index.dtype not in (torch.int64, torch.int32) and index.numel():
-        raise RuntimeError("scatter_reduce(): Expected dtype int32/int64 for index")
-    if src.dtype != x.dtype:
-        raise RuntimeError(f"scatter_reduce(): Expected self.dtype to be equal to src.dtype but got "
-                           f"{x.dtype} and {src.dtype}")
+    # ATen's order (scatter_meta_impl): the dimension, the index's dtype, src's dtype, the reduction
+    wrap_dim(dim, x.dim())
+    _check_scatter("scatter", x, index, src)
+    if reduce not in _REDUCES:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
     node = read(x)
     if index.numel() == 0:
         return wrap(node, x._storage.device)
@@ -111,13 +123,11 @@ def scatter_reduce(x, dim, index, src, reduce, include_self=True):
 
 @register(aten.index_reduce.default)
 def index_reduce(x, dim, index, source, reduce, include_self=True):
-    _check_reduce(reduce, "index_reduce", ("prod", "mean", "amax", "amin"))
-    if index.dim() > 1:
-        raise IndexError("index_reduce_(): Index is supposed to be a vector")
-    if index.dtype not in (torch.int64, torch.int32):
-        raise RuntimeError("index_reduce_(): Expected dtype int32/int64 for index")
-    if source.dtype != x.dtype:
-        raise RuntimeError("index_reduce_(): self and source must have the same scalar type")
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got "
+                           f"{reduce}.")
+    _check_index_vector("index_reduce", index)
+    _check_index_source("index_reduce", x, source)
     node = read(x)
     if index.numel() == 0:
         return wrap(node, x._storage.device)
@@ -158,9 +168,9 @@ def masked_select(x, mask):
 
 @register(aten.masked_scatter.default)
 def masked_scatter(x, mask, source):
-    if source.dtype != x.dtype:
-        raise RuntimeError(f"masked_scatter_: expected self and source to have same dtypes but got "
-                           f"{x.dtype} and {source.dtype}")
+    if source.dtype != x.dtype:  # (ATen's message has no space after "got")
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got"
+                           f"{dtype_name(x.dtype)} and {dtype_name(source.dtype)}")
     if mask.dtype != torch.bool:  # (ATen's own message here, not the shared helper's)
         raise RuntimeError("masked_scatter_ only supports boolean masks, but got mask with dtype "
                            f"{dtype_name(mask.dtype)}")
@@ -182,10 +192,11 @@ def masked_scatter(x, mask, source):
 @register(aten.put.default)
 def put(x, index, source, accumulate=False):
     if index.dtype != torch.int64:
-        raise RuntimeError("put_(): Expected a long tensor for index, but got " + str(index.dtype))
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {dtype_name(index.dtype)}")
     if source.dtype != x.dtype:
         raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got "
-                           f"self.dtype = {x.dtype} and source.dtype = {source.dtype}")
+                           f"self.dtype = {dtype_name(x.dtype)} and source.dtype = "
+                           f"{dtype_name(source.dtype)}")
     if index.numel() != source.numel():
         raise RuntimeError(f"put_(): Expected source and index to have the same number of elements, but got "
                            f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
@@ -233,12 +244,8 @@ def _vector(index) -> Node:
 
 
 def _index_dim_source(x, dim, index, source, name: str):
-    """Checks shared by index_add/index_copy; returns (x node, dim, index broadcast to source's
-    shape, source node), all at least 1-D."""
-    if index.dim() > 1:
-        raise IndexError(f"{name}(): Index is supposed to be a vector")
-    if index.dtype not in (torch.int64, torch.int32):
-        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
+    """Shape checks shared by index_add/index_copy (their index and dtype checks come first);
+    returns (x node, dim, index broadcast to source's shape, source node), all at least 1-D."""
     xs = tuple(x.shape) or (1,)
     ss = tuple(source.shape) or (1,)
     d = dim % len(xs)
@@ -257,8 +264,8 @@ def _index_dim_source(x, dim, index, source, name: str):
 
 @register(aten.index_add.default)
 def index_add(x, dim, index, source, alpha=1):
-    if source.dtype != x.dtype:
-        raise RuntimeError("index_add_(): self and source must have the same scalar type")
+    _check_index_vector("index_add", index)
+    _check_index_source("index_add", x, source)
     if index.numel() == 0:
         return wrap(read(x), x._storage.device)
     node, d, idx, src = _index_dim_source(x, dim, index, source, "index_add")
@@ -273,9 +280,15 @@ def index_add(x, dim, index, source, alpha=1):
 
 @register(aten.index_copy.default)
 def index_copy(x, dim, index, source):
+    # (ATen's index_copy meta function: its own messages, and only int64 indices)
+    if index.dim() > 1:
+        raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got {index.dim()})")
+    if index.dtype != torch.int64:
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got "
+                           f"{dtype_name(index.dtype)}")
     if source.dtype != x.dtype:
         raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but got (self) "
-                           f"{x.dtype} and (source) {source.dtype}")
+                           f"{dtype_name(x.dtype)} and (source) {dtype_name(source.dtype)}")
     if index.numel() == 0:
         return wrap(read(x), x._storage.device)
     node, d, idx, src = _index_dim_source(x, dim, index, source, "index_copy")
@@ -314,10 +327,9 @@ def repeat_interleave(repeats, output_size=None):
 @register(aten.scatter.reduce, aten.scatter.value_reduce)
 def scatter_with_reduce(x, dim, index, src, reduce):
     """The older ``scatter(..., reduce="add"|"multiply")``: scatter_reduce including self."""
+    _check_scatter("scatter", x, index, src)  # (before the reduction's name, as ATen's meta function)
     if reduce not in ("add", "multiply"):
-        raise RuntimeError(f"reduce argument must be either add or multiply. Got {reduce}")
-    if index.dtype not in (torch.int64, torch.int32) and index.numel():
-        raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
+        raise RuntimeError("reduce argument must be either add or multiply.")
     node = read(x)
     if index.numel() == 0:
         return wrap(node, x._storage.device)

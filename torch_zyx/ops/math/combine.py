@@ -8,18 +8,27 @@ import struct
 
 import torch
 
+from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.tensor import read, wrap
-from ..registry import aten, broadcast, cast, new, operand, promoted, register, result_dtype, type_meta_name
+from ..argument_checks import (
+    HEAVISIDE_DTYPES,
+    check_clamp_bounds,
+    check_clamp_kernel,
+    check_lerp_dtypes,
+    check_lerp_kernel,
+    kernel_error,
+)
+from ..registry import aten, broadcast, cast, new, operand, promoted, register, result_dtype
 from .elementwise import _device, add, b, c, div, maximum, minimum, mul, sub, u, where
 
 
 @register(aten.clamp.default, aten.clamp.Tensor)
 def clamp(x, min=None, max=None):
-    if min is None and max is None:
-        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    check_clamp_bounds(min, max)
     _, result = result_dtype(x, min, max)
+    check_clamp_kernel(result, min, max)
     out = operand(x, result)
     if min is not None:
         lo = operand(min, result)
@@ -46,11 +55,12 @@ def clamp_max(x, max):
 
 @register(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(start, end, weight):
-    for name, other in (("end", end), ("weight", weight)):
-        if isinstance(other, torch.Tensor) and other.dtype != start.dtype:
-            raise RuntimeError(f"expected dtype {type_meta_name(start.dtype)} for `{name}` but got dtype "
-                               f"{type_meta_name(other.dtype)}")
-    compute, result = result_dtype(start, end, weight)
+    check_lerp_dtypes(start, end, weight)
+    tensor_weight = isinstance(weight, torch.Tensor)
+    # A number weight leaves the computation in the operands' dtype (ATen's lerp.Scalar is a
+    # binary op of start and end); a 0-d tensor weight promotes with them (lerp.Tensor).
+    compute, result = result_dtype(start, end, weight) if tensor_weight else result_dtype(start, end)
+    check_lerp_kernel(compute, tensor_weight)
     s, e, w = operand(start, compute), operand(end, compute), operand(weight, compute)
     # PyTorch's formula: weight < 0.5 ? start + w*(end-start) : end - (end-start)*(1-w)
     if not isinstance(weight, torch.Tensor):
@@ -85,6 +95,8 @@ def _is_small_weight(weight, compute: torch.dtype) -> bool:
 @register(aten.addcmul.default)
 def addcmul(x, t1, t2, value=1):
     (xn, a, bn), result, device = promoted((x, t1, t2))
+    if xn.dtype is dtypes.bool_:
+        raise kernel_error("addcmul_cpu_out", xn.dtype)
     return wrap(g.cast(add(xn, mul(mul(a, bn), g.const(value, xn.dtype))), result), device)
 
 
@@ -119,7 +131,7 @@ def addc_by_tensor(x, t1, t2, value, divide: bool):
 def heaviside(x, values):
     """0 below zero (and for NaN), 1 above, ``values`` at zero, as ATen's kernel; one dtype only."""
     if x.dtype != values.dtype:
-        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+        raise RuntimeError(HEAVISIDE_DTYPES)
     xn, vn = broadcast(operand(x, x.dtype), operand(values, x.dtype))
     step = cast(b("lt", c(0, xn), xn), x.dtype)
     return new(where(b("eq", xn, c(0, xn)), vn, step), _device([x, values]))

@@ -15,10 +15,9 @@ from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.checks import check_nonzero
-from ...record.pending import unsupported
 from ...record.tensor import wrap
-from ...record.transfer import ZYX_TO_TORCH
 from .. import fastpath
+from ..argument_checks import check_alpha, check_float_kernel, check_neg, check_sub, kernel_error
 from ..registry import (
     PROMOTE_BOOL,
     PROMOTE_DEFAULT,
@@ -27,7 +26,6 @@ from ..registry import (
     broadcast,
     cast,
     device_of,
-    dtype_name,
     new,
     operand,
     promoted,
@@ -234,14 +232,14 @@ def _kernel_for(name: str, x: Node, floats: bool) -> Node:
     """``x``, where CPU torch's kernel of ``name`` has ``x``'s dtype (``floats``: floating-point
     dtypes only, else none of them); else its NotImplementedError."""
     if x.dtype.is_float != floats:
-        raise unsupported(f"\"{name}_cpu\" not implemented for '{dtype_name(ZYX_TO_TORCH[x.dtype])}'")
+        raise kernel_error(f"{name}_cpu", x.dtype)
     return x
 
 
 def _not_bool(kernel: str, x: Node) -> Node:
     """``x``, unless it is bool: CPU torch's ``kernel`` has no bool version (NotImplementedError)."""
     if x.dtype.kind == "b":
-        raise unsupported(f"\"{kernel}\" not implemented for 'Bool'")
+        raise kernel_error(kernel, x.dtype)
     return x
 
 
@@ -357,14 +355,31 @@ def _device(args):
     return device_of(*args)
 
 
+def _check_relu(x) -> None:
+    if _is_bool(x):
+        raise RuntimeError("Boolean inputs not supported for relu")
+
+
+def _check_bitwise_not(x) -> None:
+    # (on the input's dtype: the table function sees half and bfloat16 computed in float)
+    if x.dtype.is_floating_point:
+        raise kernel_error("bitwise_not_cpu", x.dtype)
+
+
+# Table ops with argument checks CPU torch makes before computing (x: the op's input). Only the
+# general lowering makes them: the fast paths take inputs that pass them (floating dtypes, for
+# silu's float kernel; no bools for neg and relu; bitwise_not's table function checks floats).
+_UNARY_CHECKS = {"neg": check_neg, "relu": _check_relu, "bitwise_not": _check_bitwise_not,
+                 "silu": lambda x: check_float_kernel("silu", x)}
+
+
 def _unary_lowering(name, fn, kind):
     bool_result = name in BOOL_RESULT
+    check = _UNARY_CHECKS.get(name)
 
     def lowering(x, *extra, **kwargs):
-        if name == "neg" and _is_bool(x):
-            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. "
-                               "If you are trying to invert a mask, use the `~` or `logical_not()` "
-                               "operator instead.")
+        if check is not None:
+            check(x)
         one = promoted_one(x, kind)
         if one is None:
             return _compute(fn, kind, [x], bool_result=bool_result)
@@ -428,20 +443,14 @@ def _make_add(sign_: int, reverse: bool):
     def lowering(x, y, alpha=1):
         if reverse:
             x, y = y, x
-        if sign_ < 0 and _is_bool(x) and _is_bool(y):
-            raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
-                               "Use the `^` or `logical_xor()` operator instead.")
-        if sign_ < 0 and (_is_bool(x) or _is_bool(y)):
-            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
-                               "If you are trying to invert a mask, use the `~` or `logical_not()` "
-                               "operator instead.")
+        if sign_ < 0:
+            check_sub(x, y)
         pair = promoted_pair(x, y)
         if pair is None:
             (xn, yn), result, device = promoted((x, y))
         else:
             xn, yn, result, device = pair
-        if isinstance(alpha, float) and not result.is_float:
-            raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+        check_alpha(result, alpha)
         if alpha != 1:
             yn = mul(yn, g.const(alpha, xn.dtype))
         if xn.dtype is dtypes.bool_:  # computing in bool
@@ -514,6 +523,7 @@ def _is_bool(x) -> bool:
 @register(aten.gelu.default)
 def gelu_(x, approximate="none"):
     check_gelu_approximate(approximate)
+    check_float_kernel("gelu", x)
     compute, result = result_dtype(x, kind=PROMOTE_INT_TO_FLOAT)
     return new(cast(gelu(operand(x, compute), approximate), result), _device([x]))
 

@@ -1,6 +1,7 @@
 """Neural-network lowerings: softmax/log_softmax (+ backward, safe softmax), mse loss, nll loss
 (+ backward), the embedding's backward and embedding bag (layer norm: layer_norm.py). Each stays
-within a few kernels: reductions store, elementwise work fuses around them.
+within a few kernels: reductions store, elementwise work fuses around them. Activations that
+PyTorch decomposes get CPU torch's argument checks here (the end of this module).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from ...lazy import composite
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.checks import check_index
-from ...record.pending import unsupported
 from ...record.tensor import read, wrap
 from ...record.transfer import zdtype
-from ..registry import aten, dtype_name, register, wrap_dim
+from ..argument_checks import check_float_kernel, check_hardtanh, check_not_bool, kernel_error
+from ..registry import aten, register, wrap_dim
 
 
 def _acc_dtype(dtype: dtypes.DType) -> dtypes.DType:
@@ -42,7 +43,7 @@ def _softmax(x, dim, half_to_float, log):
         rank = max(x.dim(), 1)
         kernel = ("log_" if log else "") + ("softmax_lastdim_kernel_impl" if dim % rank == rank - 1
                                             else "softmax_kernel_impl")
-        raise unsupported(f"\"{kernel}\" not implemented for '{dtype_name(x.dtype)}'")
+        raise kernel_error(kernel, x.dtype)
     node = read(x)
     out_dtype = dtypes.float32 if half_to_float else node.dtype
     node = g.cast(node, _acc_dtype(node.dtype))
@@ -467,3 +468,30 @@ def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, of
         keep = g.binary("and", keep, g.binary("ne", idx, g.const(padding_idx, dtypes.int64, (n,))))
     dot = g.where(keep, dot, g.const(0, acc, (n,)))
     return wrap(g.cast(dot, zdtype(grad.dtype)), grad._storage.device)
+
+
+# ------------------------------------------------------------ activations PyTorch decomposes
+# zyx records these through PyTorch's decompositions, which compute any dtype and make few of
+# ATen's checks: these lowerings make CPU torch's checks, then decline (dispatch goes on to the
+# decomposition). In-place forms and out= forms compute these functional ops, so they check too.
+
+
+def _checked(check):
+    """A lowering that runs ``check`` on the op's arguments, then declines."""
+
+    def lowering(*args, **kwargs):
+        check(*args, **kwargs)
+        raise NotImplementedError  # (declined: PyTorch's decomposition records the op)
+
+    return lowering
+
+
+def _float_kernel(op: str):
+    return lambda x, *rest, **kwargs: check_float_kernel(op, x)
+
+
+for _op in ("mish", "hardswish", "hardsigmoid", "elu", "celu", "softplus", "softshrink", "hardshrink",
+            "leaky_relu", "log_sigmoid_forward"):
+    register(getattr(aten, _op).default)(_checked(_float_kernel(_op)))
+register(aten.hardtanh.default)(_checked(check_hardtanh))
+register(aten.threshold.default)(_checked(lambda x, *rest, **kw: check_not_bool("threshold_cpu", x.dtype)))

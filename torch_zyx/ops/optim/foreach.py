@@ -27,9 +27,10 @@ from ...lazy import graph as g
 from ...record.pending import reraise_deferred
 from ...record.tensor import ZyxTensor, assign_whole, meta, read, wrap, wrap_like, write
 from ...record.transfer import ZYX_TO_TORCH, from_cpu
+from ..argument_checks import cast_error
 from ..fastpath import whole_node
 from ..math.combine import addc_by_tensor, lerp_scalar_weight
-from ..registry import LOWERINGS, aten, dtype_name, register
+from ..registry import LOWERINGS, aten, register
 
 # Per-tensor op for a foreach base name, when it is not simply ``aten.<name>``; scalar forms of
 # maximum/minimum are clamps.
@@ -231,6 +232,10 @@ def _make_lowering(func):
     # lists, at most one scalar list and the scalars the builder reads.
     tensor_other = "other" in names and "other" not in lists
     plain = {"self", "scalar", "scalars", "value", "weight", "alpha", "other", *lists}
+    # The per-tensor in-place op, for the message of a result it cannot hold (clamp's forms with
+    # numbers name the destination's dtype their own way: argument_checks.cast_error).
+    per_tensor = _SCALAR_RENAMED[base].__name__ if base in _SCALAR_RENAMED else base
+    inplace_name = f"aten::{per_tensor}_" if "other" not in lists else ""
     fast = (base in _FAST_NODES and set(names) <= plain and (inplace or base == "sqrt")
             and len(lists) + tensor_other == 1 + {"lerp": 1, "addcmul": 2, "addcdiv": 2}.get(
                 base, "other" in names)
@@ -277,8 +282,7 @@ def _make_lowering(func):
         if base != "copy":  # (copy_ casts freely; other in-place ops only to a wider dtype)
             for dst, value in zip(bound[names[0]], results):
                 if value.dtype != dst.dtype and not torch.can_cast(value.dtype, dst.dtype):
-                    raise RuntimeError(f"result type {dtype_name(value.dtype)} can't be cast to the desired "
-                                       f"output type {dtype_name(dst.dtype)}")
+                    raise cast_error(value.dtype, dst.dtype, inplace_name)
         for dst, value in zip(bound[names[0]], results):
             if isinstance(value, ZyxTensor):
                 write(dst, read(value))
