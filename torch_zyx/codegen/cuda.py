@@ -69,46 +69,54 @@ static __device__ __forceinline__ float zyx_bf2f(unsigned short h) {
 
 # Tensor cores: mma.sync m16n8k16 (sm_80 on), half or bfloat16 inputs, float accumulators. A
 # lane's A fragment is two pairs of neighbouring k in its row l / 4 and in row l / 4 + 8 (k from
-# 2 (l % 4), and 8 further), its B fragment two pairs in its column l / 4; each pair one 32-bit
-# load from a shared array held as stored, row by row along k (lower_tiles.py), or two loads
-# from one held k by k. Guarded as the dtype helpers are.
+# 2 (l % 4), and 8 further), its B fragment two pairs in its column l / 4, read from a shared
+# array held as stored (lower_tiles.py) by ldmatrix (rows 16-byte aligned: pitches and k steps
+# are multiples of 8 elements). Guarded as the dtype helpers are.
 _MMA_HELPER = """#ifndef ZYX_MMA
 #define ZYX_MMA
 struct zyx_frag_a { unsigned int r[4]; };
 struct zyx_frag_b { unsigned int r[2]; };
+typedef zyx_frag_a zyx_frag_at;
+typedef zyx_frag_b zyx_frag_bt;
+// The 32-bit shared-memory address of a generic pointer into a __shared__ array (ldmatrix's).
+static __device__ __forceinline__ unsigned int zyx_shared(const void* p) {
+  unsigned int a;
+  asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
+  return a;
+}
+// A fragment is one ldmatrix (every lane gives the start of one 8-element row of the 8 x 8
+// matrices it loads; .trans for blocks held k by k): from the lane's own element ``p`` (row or
+// column l / 4, k 2 (l % 4)) back to the tile's first element, then to the row it gives.
+#define ZYX_LANE (threadIdx.x & 31)
 static __device__ __forceinline__ zyx_frag_a zyx_load_a(const unsigned short* p, long long pitch) {
+  const unsigned short* tile = p - (ZYX_LANE >> 2) * pitch - 2 * (ZYX_LANE & 3);
   zyx_frag_a f;
-  f.r[0] = *(const unsigned int*)p;
-  f.r[1] = *(const unsigned int*)(p + 8 * pitch);
-  f.r[2] = *(const unsigned int*)(p + 8);
-  f.r[3] = *(const unsigned int*)(p + 8 * pitch + 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3])
+               : "r"(zyx_shared(tile + (ZYX_LANE & 15) * pitch + (ZYX_LANE >> 4) * 8)));
   return f;
 }
+// (B held row by row along k: two 32-bit loads, measured faster than ldmatrix.x2 there.)
 static __device__ __forceinline__ zyx_frag_b zyx_load_b(const unsigned short* p, long long pitch) {
   zyx_frag_b f;
   f.r[0] = *(const unsigned int*)p;
   f.r[1] = *(const unsigned int*)(p + 8);
   return f;
 }
-// The same fragments from blocks held k by k ("at", "bt": element kk * pitch + position): each
-// pair of neighbouring k is two 16-bit loads a row apart.
-typedef zyx_frag_a zyx_frag_at;
-typedef zyx_frag_b zyx_frag_bt;
-static __device__ __forceinline__ unsigned int zyx_pair(const unsigned short* p, long long pitch) {
-  return (unsigned int)p[0] | ((unsigned int)p[pitch] << 16);
-}
 static __device__ __forceinline__ zyx_frag_a zyx_load_at(const unsigned short* p, long long pitch) {
+  const unsigned short* tile = p - 2 * (ZYX_LANE & 3) * pitch - (ZYX_LANE >> 2);
   zyx_frag_a f;
-  f.r[0] = zyx_pair(p, pitch);
-  f.r[1] = zyx_pair(p + 8, pitch);
-  f.r[2] = zyx_pair(p + 8 * pitch, pitch);
-  f.r[3] = zyx_pair(p + 8 * pitch + 8, pitch);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3])
+               : "r"(zyx_shared(tile + ((ZYX_LANE & 7) + (ZYX_LANE >> 4) * 8) * pitch + ((ZYX_LANE >> 3) & 1) * 8)));
   return f;
 }
 static __device__ __forceinline__ zyx_frag_b zyx_load_bt(const unsigned short* p, long long pitch) {
+  const unsigned short* tile = p - 2 * (ZYX_LANE & 3) * pitch - (ZYX_LANE >> 2);
   zyx_frag_b f;
-  f.r[0] = zyx_pair(p, pitch);
-  f.r[1] = zyx_pair(p + 8 * pitch, pitch);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+               : "=r"(f.r[0]), "=r"(f.r[1])
+               : "r"(zyx_shared(tile + (ZYX_LANE & 15) * pitch)));
   return f;
 }
 #define ZYX_MMA_OF(name, type) \\

@@ -63,6 +63,10 @@ def variants(options: LoweringOptions, renderer: str, level: int) -> list[tuple[
     if options.group_size:
         out += [(f"group {size}", dataclasses.replace(options, group_size=size))
                 for size in (128, 512) if size != options.group_size]
+    if options.few_group_size:
+        # (Kernels of fewer outputs than compute units take this one: a GPU's row sums.)
+        out += [(f"few-output group {size}", dataclasses.replace(options, few_group_size=size))
+                for size in (256, 512) if size != options.few_group_size]
     if options.vector_width > 1:
         out.append(("vector width 1", dataclasses.replace(options, vector_width=1)))
     if renderer == "llvm":
