@@ -302,11 +302,15 @@ class _Block:
         # Neighbouring items take neighbouring k where the operand is contiguous along k (a
         # row-major x, a Linear weight), else neighbouring positions (a transposed operand).
         self.along_k = read_stride(operand, nd - 1) == 1 or read_stride(operand, axis) != 1
+        self.shared = self.allocate()
+
+    def allocate(self) -> int:
+        """The shared array of both stages (``pitch`` and ``size``, one stage's elements, set)."""
         # Along k, the items' stores land a pitch apart: four words more than the block's width
         # spread them over the shared memory banks (and keep rows aligned for vector loads).
-        self.pitch = width + 4 if self.along_k else width
-        self.size = tile.bk * self.pitch  # elements of one stage
-        self.shared = lowerer.add("LOCAL", operand.dtype, (), STAGES * self.size, pure=False)
+        self.pitch = self.width + 4 if self.along_k else self.width
+        self.size = self.tile.bk * self.pitch
+        return self.lowerer.add("LOCAL", self.operand.dtype, (), STAGES * self.size, pure=False)
 
     def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
         """This item's elements of step ``k_step``'s block: (shared position, value) pairs."""
@@ -364,16 +368,10 @@ class _PackedBlock(_Block):
     an item stores the four neighbours it loaded as one vector and the warp's stores cover
     whole rows (no bank conflicts)."""
 
-    def __init__(self, lowerer: BlockTileLowering, operand: Node, tile: MmaTile, width: int,
-                 start: Expr, extent: int, batch_dims: list[Expr], axis: int):
-        self.lowerer, self.operand, self.tile = lowerer, operand, tile
-        self.width, self.start, self.extent = width, start, extent
-        self.batch_dims, self.axis = batch_dims, axis
-        nd = len(operand.shape)
-        self.along_k = read_stride(operand, nd - 1) == 1 or read_stride(operand, axis) != 1
-        self.pitch = (tile.bk if self.along_k else width) + _PACKED_PAD
-        self.size = (width if self.along_k else tile.bk) * self.pitch
-        self.shared = lowerer.add("LOCAL", operand.dtype, (), (STAGES * self.size, "stored"), pure=False)
+    def allocate(self) -> int:
+        self.pitch = (self.tile.bk if self.along_k else self.width) + _PACKED_PAD
+        self.size = (self.width if self.along_k else self.tile.bk) * self.pitch
+        return self.lowerer.add("LOCAL", self.operand.dtype, (), (STAGES * self.size, "stored"), pure=False)
 
     def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
         """This item's elements of step ``k_step``'s block: runs of four neighbours along the
