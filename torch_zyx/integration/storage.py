@@ -1,8 +1,11 @@
-"""zyx storages: what ``torch.load(..., map_location="zyx")`` builds.
+"""zyx storages: a zyx tensor's ``untyped_storage()``, and what ``torch.load(..., map_location="zyx")``
+builds.
 
 Part of registering the device (``torch_zyx._register``) and of recording (``set_`` to a
-storage). A zyx tensor keeps its data in zyx's pools behind a placeholder storage, so PyTorch's
-storage-level copies cannot reach it. ``torch.load`` with a zyx map location moves each saved
+storage). A zyx tensor keeps its data in zyx's pools; its ``untyped_storage()`` (record/tensor.py
+``torch_storage``) is a storage over its home buffer (record/pinned.py) that carries the tensor's
+``Storage`` as ``_zyx``, whose current value may be lazy, so copies from or into it go through
+zyx (``storage_to_cpu``, a lazy write), never its raw memory. ``torch.load`` with a zyx map location moves each saved
 storage with ``storage.to(device)`` and then rebuilds every tensor on it as
 ``torch.empty(0, device="zyx").set_(storage, offset, size, stride)``. Here:
 
@@ -22,12 +25,19 @@ import ctypes
 
 import torch
 
+from ..record.transfer import storage_to_cpu
+
 _untyped_copy = torch.UntypedStorage.copy_
 
 
-def _host_address(storage: torch.UntypedStorage) -> tuple[int, torch.UntypedStorage]:
-    """Where the bytes of ``storage`` are in host memory (and what keeps them alive): zyx and CPU
-    storages in place, another device's through a CPU copy."""
+def _host_address(storage: torch.UntypedStorage) -> tuple[int, object]:
+    """Where the bytes of ``storage`` are in host memory (and what keeps them alive): host zyx
+    and CPU storages in place, a zyx tensor's storage (its memory is a pool's, maybe a GPU's, and
+    its current value may be lazy) and another device's through a CPU copy."""
+    own = getattr(storage, "_zyx", None)
+    if own is not None:
+        values = storage_to_cpu(own)
+        return values.data_ptr(), values
     if storage.device.type not in ("zyx", "cpu"):
         storage = storage.cpu()
     return storage.data_ptr(), storage
@@ -45,6 +55,14 @@ def copy_(self, source, non_blocking=None):
         copy_(staged, source)
         return _untyped_copy(self, staged, non_blocking)
     address, _alive = _host_address(source)
+    if getattr(self, "_zyx", None) is not None:
+        # A zyx tensor's storage: written as its tensors are (a lazy write of its bytes), so
+        # they see it, and its address gets it at the next realization.
+        if self.nbytes():
+            staged = torch.empty(self.nbytes(), dtype=torch.uint8)
+            ctypes.memmove(staged.data_ptr(), address, self.nbytes())
+            torch.empty(0, dtype=torch.uint8, device=self.device).set_(self).copy_(staged)
+        return self
     if self.nbytes():
         ctypes.memmove(self.data_ptr(), address, self.nbytes())
     return self

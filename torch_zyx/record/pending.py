@@ -21,6 +21,8 @@ import torch
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from .checks import pending_checks, restore_checks, take_checks, unbound
+from .pinned import homes
+from .pinned import settle as settle_home
 
 if TYPE_CHECKING:
     from .tensor import Storage
@@ -264,6 +266,7 @@ def _realize_all(device, into: tuple | None = None, reader=None) -> bool:
     realized: list[tuple[Storage, Node, object]] = []  # (storage, root, buffer) while checks are pending
     into_buffer = None if into is None else into[1]
     direct = False
+    rehomed: list[tuple[Storage, object]] = []  # (storage with a home, its new buffer): pinned.py
     try:
         for index, group in by_device.items():
             checks = checks_of.get(index, ())
@@ -291,6 +294,8 @@ def _realize_all(device, into: tuple | None = None, reader=None) -> bool:
                 # (not ``value =``: that would list the storage again)
                 storage._value = g.buffer(buffer, storage.dtype, storage.numel)
                 storage._shaped = None
+                if homes and id(storage) in homes:
+                    rehomed.append((storage, buffer))
             found.extend(zip(checks, buffers[len(group):]))
         # The realized graph is dropped here, while the last kernel may still run (see ``settle``
         # below), not after the join: the storages hold buffers now, and dropping a layer norm's
@@ -306,6 +311,10 @@ def _realize_all(device, into: tuple | None = None, reader=None) -> bool:
         # The bookkeeping above ran while the last kernel may still run (runtime ``settle``).
         for context in devices:
             context.settle()
+    for storage, buffer in rehomed:
+        # (after the launches: the value is copied into the storage's home, whose address
+        # user code holds; pinned.py)
+        settle_home(storage, buffer)
     if found:
         _bind_failed_checks(found, realized, reader)
     if direct and poisoned:

@@ -18,6 +18,7 @@ import torch
 from ..config import CONFIG
 from ..lazy import graph as g
 from ..lazy.graph import Node
+from . import pinned
 from .checks import bind_unbound, unbound
 from .pending import (
     is_lazy,
@@ -31,6 +32,7 @@ from .pending import (
     sweep_threshold,
 )
 from .transfer import TORCH_TO_ZYX, ZYX_TO_TORCH, from_cpu, host_view, storage_to_cpu, to_cpu
+from .transfer import _realized as realized
 
 
 class Storage:
@@ -313,6 +315,19 @@ class ZyxTensor(torch.Tensor):
             new.grad = copy.deepcopy(self.grad, memo)
         return new
 
+    # PyTorch's storage contract, as CUDA tensors keep it: ``data_ptr()`` is the address of the
+    # tensor's first element in device memory (the storage's home, record/pinned.py, plus the
+    # offset), stable while the storage lives; ``untyped_storage()`` is a storage over that
+    # memory, which ``set_`` maps back to this tensor's ``Storage`` (views share it). Both realize
+    # the pending value, as the address must hold it.
+    def data_ptr(self) -> int:
+        storage = self._storage
+        address = storage_address(storage)
+        return address + self.storage_offset() * self.element_size() if address else 0
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return torch_storage(self._storage)
+
     def tolist(self):
         # torch refuses ``tolist`` on wrapper subclasses; the CPU copy has the same values.
         return to_cpu(self).tolist()
@@ -340,6 +355,40 @@ class ZyxTensor(torch.Tensor):
 # Attributes of a tensor's ``__dict__`` that describe its device data, not user state: pickling
 # and deep copies leave them to the new tensor.
 _NOT_STATE = frozenset({"_storage", "_zmeta"})
+
+
+# id(base Storage) -> (weak reference to it, weak reference to its torch.UntypedStorage): the same
+# object for every ``untyped_storage()`` while both live (ids, hashes and ``is`` agree, as on CPU).
+_torch_storages: dict[int, tuple] = {}
+
+
+def storage_address(storage) -> int:
+    """The address of the memory of ``storage`` (of its base's, for a dtype view): its home, made
+    (and the pending value realized and brought into it) here; 0 for a storage of no bytes, as on
+    CPU."""
+    base = getattr(storage, "base", storage)
+    if not base.numel:
+        return 0
+    return pinned.address_of(pinned.home(base, realized(base)))
+
+
+def torch_storage(storage) -> torch.UntypedStorage:
+    """The ``torch.UntypedStorage`` over ``storage``'s memory (its base's bytes): a zyx storage
+    whose ``data_ptr()`` is ``storage_address`` and whose ``_zyx`` is the base ``Storage``, which it
+    keeps alive (and with it the memory), so ``set_`` to it views that storage."""
+    base = getattr(storage, "base", storage)
+    address = storage_address(base)
+    nbytes = base.numel * base.dtype.itemsize
+    key = id(base)
+    known = _torch_storages.get(key)
+    if known is not None and known[0]() is base:
+        untyped = known[1]()
+        if untyped is not None and untyped.data_ptr() == address and untyped.nbytes() == nbytes:
+            return untyped
+    untyped = torch._C._construct_storage_from_data_pointer(address, _torch_device(base.device.index), nbytes)
+    untyped._zyx = base
+    _torch_storages[key] = (weakref.ref(base, lambda _ref: _torch_storages.pop(key, None)), weakref.ref(untyped))
+    return untyped
 
 
 def set_dispatcher(fn) -> None:

@@ -12,7 +12,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from ...lazy import graph as g
-from ...record.tensor import Storage, ZyxTensor, read, restride, storage_from_host, wrap
+from ...record.tensor import Storage, ZyxTensor, read, reinterpreted, restride, storage_from_host, wrap
 from ...record.tensor import meta as meta_of
 from ...record.transfer import zdtype
 from ..registry import aten, register
@@ -69,10 +69,13 @@ def set_tensor_(x, source):
 
 @register(aten.set_.source_Storage, aten.set_.source_Storage_storage_offset)
 def set_storage_(x, source, storage_offset=0, size=None, stride=None):
-    """``x`` set to a zyx storage (host memory, integration/storage.py): ``x`` views, with the given
-    strides, a zyx storage holding a copy of its bytes. torch.load rebuilds each saved tensor
-    this way under map_location="zyx": the tensors it sets to one storage object (views of one
-    tensor, tied weights) share one zyx storage, as they shared theirs when saved."""
+    """``x`` set to a zyx storage. A tensor's ``untyped_storage()`` (record/tensor.py
+    ``torch_storage``) carries its ``Storage``: ``x`` views that one (read as ``x``'s dtype), so
+    writes through either tensor reach the other, and a view past its end grows it, as CPU torch
+    grows a storage there. A storage of host memory (integration/storage.py) is copied: ``x``
+    views a zyx storage holding its bytes. torch.load rebuilds each saved tensor this way under
+    map_location="zyx": the tensors it sets to one storage object (views of one tensor, tied
+    weights) share one zyx storage, as they shared theirs when saved."""
     if source.device.type != "zyx":
         raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{x.device}\" to a storage "
                            f"on different device \"{source.device}\".  This is no longer allowed; the "
@@ -81,7 +84,19 @@ def set_storage_(x, source, storage_offset=0, size=None, stride=None):
         size, stride, storage_offset = (source.nbytes() // x.element_size(),), (1,), 0
     size = tuple(int(s) for s in size)
     stride = tuple(int(s) for s in stride) if stride is not None else g.contiguous_strides(size)
-    restride(x, storage_from_host(source, x.dtype, x._storage.device), size, stride, int(storage_offset))
+    if len(size) != len(stride):  # (ATen's check, before any other: setStrided)
+        raise RuntimeError(f"unequal size length ({len(size)}) and stride length ({len(stride)})")
+    storage_offset = int(storage_offset)
+    own = getattr(source, "_zyx", None)
+    if own is None:
+        storage = storage_from_host(source, x.dtype, x._storage.device)
+    else:
+        storage = reinterpreted(own, zdtype(x.dtype))
+        needed = storage_offset + g.strided_extent(size, stride) if math.prod(size) else 0
+        if needed > storage.numel:
+            storage.value = g.pad(storage.value, ((0, needed - storage.numel),))
+            storage.numel = needed
+    restride(x, storage, size, stride, storage_offset)
     return x
 
 
