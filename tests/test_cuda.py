@@ -114,6 +114,15 @@ def _cases():
         ("int8 uint8 int32", lambda a, b, c: (a + a * 3, b * 7 + 200, torch.minimum(c, c.flip(0)) ^ 5),
          (ints(100, dtype=torch.int8), ints(100, low=0, high=255, dtype=torch.uint8),
           ints(100, dtype=torch.int32))),
+        # uint16 in unsigned int (65535 * 65535 overflows C's int), negative floats to unsigned
+        # through a signed 64-bit integer (CPU torch's wrap-around; CUDA's own cast saturates).
+        ("uint16 uint32 uint64",
+         lambda a, b, c: (a * a, a.to(torch.float32) * 2, b * 3 ^ b, torch.where(b == 7, b, b & 12),
+                          c * c | 1, (c.to(torch.float64) - 5).to(torch.uint64),
+                          (b.to(torch.float32) - 100).to(torch.uint32), (a.to(torch.float32) - 100.5).to(torch.uint16),
+                          b.sum(), c.prod()),
+         (ints(100, low=0, high=65536, dtype=torch.uint16), ints(100, low=0, high=2**31, dtype=torch.uint32),
+          ints(100, low=0, high=2**40, dtype=torch.uint64))),
         ("bool and where", lambda a, b: (torch.where((a > 0) & ~(b > 1), a, b * 2), (a > b) | (b < -1)),
          (x, y)),
         ("casts", lambda a: (a.to(torch.int32), (a * 100).to(torch.int64).to(f16), (a > 0).float(),

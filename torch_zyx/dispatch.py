@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_map
 
 from .config import CONFIG
 from .counters import bump
-from .ops import argument_checks, registry
+from .ops import argument_checks, registry, unsigned
 from .record import overlap, random
 from .record.pending import defer_error, reraise_deferred
 from .record.tensor import ZyxTensor, read, set_dispatcher, wrap, write
@@ -105,6 +105,8 @@ def _assign(dst, value) -> None:
 def torch_dispatch(cls, func, types, args=(), kwargs=None):
     """``ZyxTensor.__torch_dispatch__``: ``dispatch`` with the registered-lowering case inline
     (every recorded op goes through here, one Python call less per op)."""
+    if unsigned.SEEN[0]:
+        unsigned.check(func, args, kwargs)
     if not kwargs and len(args) == 2:
         pair = _PAIR_OF.get(func._name)
         if pair is not None:
@@ -123,6 +125,8 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
 
 
 def dispatch(func, args, kwargs):
+    if unsigned.SEEN[0]:
+        unsigned.check(func, args, kwargs)
     lowering = _LOWERING_OF.get(func._name)
     if lowering is not None:
         try:

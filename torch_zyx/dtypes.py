@@ -39,12 +39,14 @@ int16 = DType("int16", 2, "i")
 int32 = DType("int32", 4, "i")
 int64 = DType("int64", 8, "i")
 uint8 = DType("uint8", 1, "u")
+# torch's "barebones" unsigned dtypes (CPU torch has few kernels for them: ops/unsigned.py); uint64
+# is also what the random number hashing computes in.
+uint16 = DType("uint16", 2, "u")
+uint32 = DType("uint32", 4, "u")
+uint64 = DType("uint64", 8, "u")
 bool_ = DType("bool", 1, "b")
 
-# Internal only (random number hashing); never a tensor dtype.
-uint64 = DType("uint64", 8, "u")
-
-ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, bool_)
+ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool_)
 BY_NAME = {dtype.name: dtype for dtype in ALL}
 
 

@@ -277,6 +277,12 @@ class CStyleRenderer:
         st, dt = self.rtype(src), self.rtype(dst)
         if dst.kind == "b":
             return f"({x} != 0)"
+        if src.kind == "f" and dst.kind == "u":
+            # C leaves a negative float's conversion to unsigned undefined (CUDA's saturates to
+            # 0); CPU torch on x86 gives -1.0 -> 2^n - 1: through a signed 64-bit integer, as the
+            # LLVM renderer's float_to_unsigned (uint64 only below 0: 2^63 and up fit no signed).
+            signed = f"(({dt})({self.lang.index_type}){x})"
+            return signed if dst.itemsize < 8 else f"({x} < 0 ? {signed} : (({dt}){x}))"
         value = x if st == dt else f"(({dt}){x})"
         rounding = self.lang.round_format.get(dst.name)
         if rounding is not None and src is not dst:
@@ -294,7 +300,12 @@ class CStyleRenderer:
             fast = self.lang.fast_math.get(rounded) if rounded and src_dtype.name == "float32" else None
             builtin = fast.get(op) if fast else None
             return f"{builtin or self.lang.math_builtins[op]}({args[0]})"
-        fmt = _pick(BINARY_FORMAT[REDUCE_OP.get(op, op)], src_dtype, op)
+        op = REDUCE_OP.get(op, op)
+        if src_dtype.kind == "u" and 1 < src_dtype.itemsize < 4 and op in ("mul", "shl"):
+            # C computes an unsigned short in int: 65535 * 65535 would overflow (undefined);
+            # in unsigned int it wraps, and the value declared as unsigned short truncates.
+            return f"((unsigned int){args[0]} {'*' if op == 'mul' else '<<'} {args[1]})"
+        fmt = _pick(BINARY_FORMAT[op], src_dtype, op)
         return fmt.format(a=args[0], b=args[1], t=t)
 
     def local_type(self, dtype: DType) -> str:

@@ -27,7 +27,8 @@ from .ir import LoopKernel
 
 MEMORY_TYPE = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float",
                "float64": "double", "int8": "signed char", "int16": "short", "int32": "int",
-               "int64": "long long", "uint8": "unsigned char", "uint64": "unsigned long long",
+               "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
+               "uint32": "unsigned int", "uint64": "unsigned long long",
                "bool": "unsigned char"}
 REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="bool")
 # One element between its memory type and its register type, where they differ.

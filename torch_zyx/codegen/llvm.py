@@ -26,7 +26,7 @@ from .math_ir import MathBuilder, MathType
 # In-memory type and in-register type per dtype.
 MEMORY_TYPE = {"float16": "half", "bfloat16": "bfloat", "float32": "float", "float64": "double",
                "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "i8",
-               "uint64": "i64", "bool": "i8"}
+               "uint16": "i16", "uint32": "i32", "uint64": "i64", "bool": "i8"}
 REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="i1")
 FLOAT_SUFFIX = {"float": "f32", "double": "f64"}
 
@@ -231,14 +231,30 @@ class LLVMRenderer:
         if src.kind == "f" and dst.kind == "f":
             op = "fpext" if st == "float" else "fptrunc"
             return self.emit(f"{op} {st} {value} to {dt}")
+        if src.kind == "f" and dst.kind == "u":
+            return self.float_to_unsigned(value, st, dst)
         if src.kind == "f":
-            return self.emit(f"{'fptosi' if dst.kind == 'i' else 'fptoui'} {st} {value} to {dt}")
+            return self.emit(f"fptosi {st} {value} to {dt}")
         if dst.kind == "f":
             return self.emit(f"{'sitofp' if src.kind == 'i' else 'uitofp'} {st} {value} to {dt}")
         sbits, dbits = src.itemsize * 8, dst.itemsize * 8
         if sbits > dbits:
             return self.emit(f"trunc {st} {value} to {dt}")
         return self.emit(f"{'sext' if src.kind == 'i' else 'zext'} {st} {value} to {dt}")
+
+    def float_to_unsigned(self, value: str, st: str, dst: DType) -> str:
+        """A float converted to an unsigned integer as CPU torch's static_cast does on x86, where
+        ``fptoui`` would make a negative value poison: through a signed integer twice the
+        width (wider than 32 bits: i64), so -1.0 becomes 255 as uint8 and 2^32 - 1 as uint32.
+        uint64 takes ``fptoui`` from 0 up and ``fptosi`` below (2^64 - 1 for -1.0)."""
+        dt = self.rtype(dst)
+        if dst.itemsize < 8:
+            wide = "i32" if dst.itemsize < 4 else "i64"
+            return self.emit(f"trunc {wide} {self.emit(f'fptosi {st} {value} to {wide}', 'i')} to {dt}")
+        negative = self.emit(f"fcmp olt {st} {value}, 0.0", "c")
+        signed = self.emit(f"fptosi {st} {value} to i64", "i")
+        unsigned = self.emit(f"fptoui {st} {value} to i64", "i")
+        return self.emit(f"select i1 {negative}, i64 {signed}, i64 {unsigned}")
 
     def alu(self, op: str, dtype: DType, args: list[str], src_dtype: DType) -> str:
         t = self.rtype(src_dtype)

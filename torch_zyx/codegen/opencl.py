@@ -13,7 +13,7 @@ from .ir import LoopKernel
 
 MEMORY_TYPE = {"float16": "half", "bfloat16": "ushort", "float32": "float", "float64": "double",
                "int8": "char", "int16": "short", "int32": "int", "int64": "long", "uint8": "uchar",
-               "uint64": "ulong", "bool": "uchar"}
+               "uint16": "ushort", "uint32": "uint", "uint64": "ulong", "bool": "uchar"}
 REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="bool")
 
 # bfloat16 → float is exact; float → bfloat16 rounds to nearest even and keeps NaN quiet.

@@ -109,13 +109,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     """``dtype`` as ATen names it in its error messages ("Float", "Long", ...)."""
     return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
             torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.int16: "Short",
-            torch.int8: "Char", torch.uint8: "Byte"}.get(dtype, str(dtype))
+            torch.int8: "Char", torch.uint8: "Byte", torch.uint16: "UInt16", torch.uint32: "UInt32",
+            torch.uint64: "UInt64"}.get(dtype, str(dtype))
 
 
 _TYPE_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
                     torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
                     torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
-                    torch.bool: "bool"}
+                    torch.uint16: "unsigned short", torch.uint32: "unsigned int",
+                    torch.uint64: "unsigned long", torch.bool: "bool"}
 
 
 def type_meta_name(dtype: torch.dtype) -> str:
@@ -152,10 +154,64 @@ def _promotion_key(a) -> object:
 def _promoted(key: tuple, operands, kind) -> tuple[torch.dtype, torch.dtype, object, object]:
     cached = _promotion_cache.get(key)
     if cached is None:
+        check_unsigned_promotion(operands)
         compute, result = elementwise_dtypes(*operands, type_promotion_kind=kind)
         cached = (compute, result, TORCH_TO_ZYX.get(compute), TORCH_TO_ZYX.get(result))
         _promotion_cache[key] = cached
     return cached
+
+
+# torch's "barebones" unsigned dtypes: c10's promoteTypes refuses to mix them with any other
+# integer or bool dtype (and with each other), which torch._prims_common's elementwise_dtypes
+# does not know (it promotes uint32 with int64 to uint32, where CPU torch raises).
+BAREBONES_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
+
+
+def _promote_types(a, b):
+    """c10's promoteTypes(a, b) where it matters here: None (no operand yet) or ``a`` when the
+    two agree, the float when one is floating, else the error for a barebones unsigned dtype
+    (the pair's other promotions are not needed: elementwise_dtypes gives the result)."""
+    if a is None or a == b:
+        return b
+    if (a in BAREBONES_UNSIGNED or b in BAREBONES_UNSIGNED) \
+            and not (a.is_floating_point or b.is_floating_point):
+        raise RuntimeError("Promotion for uint16, uint32, uint64 types is not supported, attempted to "
+                           f"promote {dtype_name(a)} and {dtype_name(b)}")
+    return torch.promote_types(a, b)
+
+
+def check_unsigned_promotion(operands) -> None:
+    """Raise CPU torch's RuntimeError where ``operands`` (tensors and Python scalars) mix a
+    barebones unsigned dtype with another integer or bool dtype in a way ATen's result_type
+    refuses: as its ResultTypeState, operands promote within their category (tensors of
+    dimension > 0, 0-d tensors, Python scalars: int as Long, bool as Bool), then the categories
+    combine, a lower one only where it is floating or the higher is Bool."""
+    dtypes_of = [a._storage.dtype if a.__class__ is ZyxTensor else getattr(a, "dtype", None) for a in operands]
+    if not any(ZYX_TO_TORCH.get(d, d) in BAREBONES_UNSIGNED for d in dtypes_of):
+        return
+    dim = zero = wrapped = None
+    for a in operands:
+        if isinstance(a, torch.Tensor):
+            if a.dim() > 0:
+                dim = _promote_types(dim, a.dtype)
+            else:
+                zero = _promote_types(zero, a.dtype)
+        elif isinstance(a, bool):
+            wrapped = _promote_types(wrapped, torch.bool)
+        elif isinstance(a, int):
+            wrapped = _promote_types(wrapped, torch.int64)
+        elif isinstance(a, float):
+            wrapped = _promote_types(wrapped, torch.get_default_dtype())
+
+    def combine(higher, lower):
+        if higher is None:
+            return lower
+        if lower is not None and (higher == torch.bool or lower.is_floating_point) \
+                and not higher.is_floating_point:
+            return _promote_types(higher, lower)
+        return higher
+
+    combine(combine(dim, zero), wrapped)
 
 
 def result_dtype(*args, kind=PROMOTE_DEFAULT) -> tuple[torch.dtype, torch.dtype]:
@@ -231,6 +287,7 @@ _FLOATS = frozenset(d for d in ZYX_TO_TORCH if d.kind == "f")
 
 
 def _plan(key: tuple, args, kind) -> tuple[object, object]:
+    check_unsigned_promotion(args)
     compute, result = elementwise_dtypes(*args, type_promotion_kind=kind)
     plan = (TORCH_TO_ZYX.get(compute), TORCH_TO_ZYX.get(result))
     if plan[0] is None:
@@ -321,6 +378,8 @@ def fast_plan(args, kind, floats_only: bool = False):
     dtype = args[0]._storage.dtype
     if dtype.kind == "b" or (floats_only and dtype.kind != "f"):
         return False
+    if any(isinstance(a, torch.Tensor) and a.dtype in BAREBONES_UNSIGNED for a in args):
+        return False  # (their promotion errors and CPU torch's missing kernels: general path)
     compute, result = elementwise_dtypes(*args, type_promotion_kind=kind)
     if TORCH_TO_ZYX.get(compute) is not dtype:
         return False

@@ -32,6 +32,7 @@ TORCH_TO_ZYX = {
     torch.float16: dtypes.float16, torch.bfloat16: dtypes.bfloat16, torch.float32: dtypes.float32,
     torch.float64: dtypes.float64, torch.int8: dtypes.int8, torch.int16: dtypes.int16,
     torch.int32: dtypes.int32, torch.int64: dtypes.int64, torch.uint8: dtypes.uint8, torch.bool: dtypes.bool_,
+    torch.uint16: dtypes.uint16, torch.uint32: dtypes.uint32, torch.uint64: dtypes.uint64,
 }
 ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
 
@@ -41,7 +42,15 @@ def supports_dtype(dtype: torch.dtype) -> bool:
     return dtype in TORCH_TO_ZYX
 
 
+# Set when a torch dtype of ``BAREBONES`` is first converted (``ops/unsigned.py``: dispatch
+# checks CPU torch's kernel coverage of these dtypes only once one is in use).
+BAREBONES = (torch.uint16, torch.uint32, torch.uint64)
+barebones_seen = [False]
+
+
 def zdtype(dtype: torch.dtype) -> dtypes.DType:
+    if dtype in BAREBONES:
+        barebones_seen[0] = True
     try:
         return TORCH_TO_ZYX[dtype]
     except KeyError:

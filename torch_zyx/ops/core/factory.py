@@ -423,7 +423,8 @@ def _triangle(row: int, col: int, offset: int, lower: bool, dtype, device):
     if dtype not in (torch.int32, torch.int64):
         name = "tril_indices" if lower else "triu_indices"
         kind = {torch.float32: "Float", torch.float64: "Double", torch.int16: "Short", torch.int8: "Char",
-                torch.uint8: "Byte", torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}
+                torch.uint8: "Byte", torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                torch.uint16: "UInt16", torch.uint32: "UInt32", torch.uint64: "UInt64"}
         raise NotImplementedError(f"\"{name}\" not implemented for '{kind.get(dtype, str(dtype))}'")
     counts = [min(max(r + offset + 1, 0), col) if lower else col - min(max(r + offset, 0), col)
               for r in range(row)]

@@ -291,7 +291,8 @@ def square(t, api: str) -> Lz:
 def type_name(dtype: torch.dtype) -> str:
     return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
             torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16",
-            torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte"}.get(dtype, str(dtype))
+            torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.uint16: "UInt16",
+            torch.uint32: "UInt32", torch.uint64: "UInt64"}.get(dtype, str(dtype))
 
 
 def out(x: Lz, like) -> torch.Tensor:

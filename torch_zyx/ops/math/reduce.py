@@ -15,7 +15,7 @@ from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.tensor import read, wrap
 from ...record.transfer import zdtype
-from ..registry import aten, register, wrap_dim
+from ..registry import aten, dtype_name, register, wrap_dim
 
 
 def check_dim(x, dim: int) -> int:
@@ -56,7 +56,9 @@ def finish(node: Node, dims, keepdim: bool) -> Node:
 def _sum_dtype(x, dtype):
     if dtype is not None:
         return dtype
-    if x.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32):
+    # (every integer dtype but int64 sums in int64; uint64 too, as CPU torch: it wraps alike)
+    if x.dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.uint16, torch.uint32,
+                   torch.uint64):
         return torch.int64
     return x.dtype
 
@@ -125,7 +127,7 @@ def mean(x, dim=None, keepdim=False, dtype=None):
     if not (out_dtype.is_floating_point or out_dtype.is_complex):
         raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating "
                            f"point or complex dtype. "
-                           f"Got: {str(out_dtype).replace('torch.', '').capitalize()}")
+                           f"Got: {dtype_name(out_dtype)}")
     dims = norm_dims(x, dim)
     node = g.cast(read(x), _accumulate_dtype(zdtype(out_dtype)))
     count = math.prod(node.shape[d] for d in dims) if node.shape else 1
