@@ -165,6 +165,10 @@ def _cases():
          (rand(70, 40, dtype=bf16), rand(40, 100, dtype=bf16), rand(100, dtype=bf16))),
         ("tensor-core f16 transposed", lambda a, b: (a.t() @ b, torch.bmm(b.t().expand(2, 72, 33), a[None].expand(2, 33, 40))),
          (rand(33, 40, dtype=f16), rand(33, 72, dtype=f16))),
+        # Dtype views: a float's bits as an integer's and back (BITCAST), half and bfloat16 too.
+        ("dtype views", lambda a, h, b: ((a.view(torch.int32) ^ 1).view(torch.float32) * 2, h.view(torch.int16) + 1,
+                                       b.view(torch.float16) + 1, a.double().view(torch.int64) - 1),
+         (rand(257), rand(64, dtype=f16), rand(64, dtype=bf16))),
         ("random", lambda a: (torch.rand_like(a), F.dropout(a, 0.5) + torch.rand(a.shape, device=a.device)),
          (rand(1000),)),
         ("scatter add and index add", lambda a, i, s: (a.scatter_add(0, i, s), a.index_add(0, i[:, 0], s)),
@@ -426,6 +430,9 @@ ZYX_VECTOR(signed char, char4)
 static float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static float __uint_as_float(unsigned int i) { float f; memcpy(&f, &i, 4); return f; }
 static unsigned int __float_as_uint(float f) { unsigned int i; memcpy(&i, &f, 4); return i; }
+static int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+static long long __double_as_longlong(double d) { long long i; memcpy(&i, &d, 8); return i; }
+static double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
 #define __expf(x) expf(x)  // (glibc declares an __expf of its own, not exported)
 // The PTX cvt conversions of codegen/cuda.py, as the compiler's own half (round to nearest even).
 #define ZYX_HALF

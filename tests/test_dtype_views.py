@@ -459,19 +459,3 @@ def test_write_through_view_is_one_region_write(counters):
         z.view(dst)[5:7] = 3
         z.cpu()
         assert counters()["kernels_launched"] == plain
-
-
-def test_renderers_without_bitcast_decline(monkeypatch):
-    """On a device whose renderer has no BITCAST (the C-style ones), a view reading a float's bits
-    declines (then the CPU fallback copies, as before; here, with none, it raises), while views
-    between integers and bool, which need only casts and shifts, stay views."""
-    z = torch.arange(8, dtype=torch.int32, device="zyx")
-    monkeypatch.setattr(z._storage.device.runtime, "renderer", "opencl")
-    with pytest.raises(NotImplementedError, match="view.dtype"):
-        z.view(torch.float32)
-    v = z.view(torch.int16)
-    v[1::2] = -1
-    expected = torch.arange(8, dtype=torch.int32)
-    expected.view(torch.int16)[1::2] = -1
-    monkeypatch.undo()
-    _assert_same(z, expected)

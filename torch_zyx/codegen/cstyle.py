@@ -135,6 +135,9 @@ class Language:
     # the helpers they use. Empty: none (lowering emits them only for devices that have them).
     fragment_type: str = ""
     fragment_load: str = ""
+    # BITCAST: per float dtype, its register value's bits as a signed integer of its size ({x})
+    # and a register value from such bits ({x}: an integer of that size, any signedness).
+    bit_view: dict[str, tuple[str, str]] = field(default_factory=dict)
     # A 32-bit signed integer type for the indices and loop counters of a kernel whose every
     # index expression stays within +-2^30 (``_small_indices``): GPUs do 64-bit integer
     # arithmetic in several instructions. Empty: always ``index_type``.
@@ -203,7 +206,7 @@ class CStyleRenderer:
         self.local_lines: list[str] = []
         self.vectors: dict[int, tuple[int, ...]] = {}  # vector_runs()
         self.mma_used = False  # a FRAGMENT seen: the tensor-core helpers go in the prelude
-        self.raw: dict[int, str] = {}  # unmasked LOAD of a half dtype → its stored bits (raw_of)
+        self.raw: dict[int, str] = {}  # a half dtype's value → its stored bits, where known (raw_of)
         # Indices in 32 bits where they fit (``small_index_type``): the type and literal suffix.
         small = bool(lang.small_index_type) and _small_indices(kernel)
         self.index_type = lang.small_index_type if small else lang.index_type
@@ -323,17 +326,39 @@ class CStyleRenderer:
             value = f"({self.values[ins.srcs[2]]} ? {value} : {self.literal(0, ins.dtype)})"
         return value
 
+    @staticmethod
+    def is_zero(ins: Instr) -> bool:
+        """Whether ``ins`` is the constant +0 (all bits zero)."""
+        return ins.op == "CONST" and ins.arg == 0 and not math.copysign(1.0, float(ins.arg)) < 0
+
     def converted(self, dtype: DType) -> bool:
         """Whether ``dtype`` is a float stored otherwise than computed (half, bfloat16)."""
         return dtype.is_float and dtype.name in self.lang.from_memory
 
     def raw_of(self, value: int, dtype: DType, instrs: list[Instr]) -> str | None:
-        """The stored bits of ``value`` when it is an unmasked load of ``dtype`` (a store of it
-        copies them rather than converting to float and back: the same bits, fewer
-        instructions, and a tensor-core block staged at the speed of a copy), else None."""
+        """The stored bits of ``value`` of ``dtype`` where they are known (a load, a choice between
+        loads, a BITCAST): a store of it copies them rather than converting to float and back
+        (the same bits, NaN payloads included, fewer instructions, and a tensor-core block
+        staged at the speed of a copy), else None."""
         if instrs[value].dtype is not dtype:
             return None
         return self.raw.get(value)
+
+    def bitcast(self, i: int, ins: Instr, instrs: list[Instr]) -> str:
+        """The bits of BITCAST ``i``'s source read as its dtype (of the same size): a loaded half's
+        stored bits where known (a NaN's payload survives), else the dialect's ``bit_view``."""
+        src = ins.srcs[0]
+        src_dtype, dtype = instrs[src].dtype, ins.dtype
+        self.rtype(src_dtype)
+        bits = self.raw.get(src) if self.converted(src_dtype) else None
+        if bits is None:
+            bits = self.lang.bit_view[src_dtype.name][0].format(x=self.values[src]) if src_dtype.is_float \
+                else self.values[src]
+        if not dtype.is_float:
+            return f"(({self.rtype(dtype)})({bits}))"
+        if self.converted(dtype):  # its bits, for a store of the value (``raw_of``)
+            self.raw[i] = f"(({self.lang.memory_type[dtype.name]})({bits}))"
+        return self.lang.bit_view[dtype.name][1].format(x=bits)
 
     # ------------------------------------------------------------------ vector accesses
 
@@ -492,10 +517,13 @@ class CStyleRenderer:
         elif op == "BARRIER":
             self.line(self.lang.barrier)
         elif op == "LOAD":
-            if len(ins.srcs) == 2 and not _computed_local(instrs[ins.srcs[0]]) and self.converted(ins.dtype):
-                # Its stored bits kept in a register of their own too (``raw``).
+            if not _computed_local(instrs[ins.srcs[0]]) and self.converted(ins.dtype):
+                # Its stored bits kept in a register of their own too (``raw``; masked: zero bits).
                 mtype = self.lang.memory_type[ins.dtype.name]
-                self.line(f"const {mtype} r{i} = {self.values[ins.srcs[0]]}[{self.values[ins.srcs[1]]}];")
+                bits = f"{self.values[ins.srcs[0]]}[{self.values[ins.srcs[1]]}]"
+                if len(ins.srcs) > 2:
+                    bits = f"({self.values[ins.srcs[2]]} ? {bits} : ({mtype})0)"
+                self.line(f"const {mtype} r{i} = {bits};")
                 self.raw[i] = f"r{i}"
                 value = self.lang.from_memory[ins.dtype.name].format(x=f"r{i}")
                 self.values[i] = self.declare(i, ins.dtype, value)
@@ -520,9 +548,15 @@ class CStyleRenderer:
         elif op == "CAST":
             value = self.cast(self.values[ins.srcs[0]], instrs[ins.srcs[0]].dtype, ins.dtype)
             self.values[i] = self.declare(i, ins.dtype, value)
+        elif op == "BITCAST":
+            self.values[i] = self.declare(i, ins.dtype, self.bitcast(i, ins, instrs))
         elif op == "WHERE":
             c, a, b = (self.values[s] for s in ins.srcs)
             self.values[i] = self.declare(i, ins.dtype, f"({c} ? {a} : {b})")
+            if self.converted(ins.dtype):  # a choice between stored bits is stored bits
+                bits = [self.raw.get(src, "0" if self.is_zero(instrs[src]) else None) for src in ins.srcs[1:]]
+                if None not in bits:
+                    self.raw[i] = f"(({self.lang.memory_type[ins.dtype.name]})({c} ? {bits[0]} : {bits[1]}))"
         elif op == "ACC":
             self.values[i] = f"acc{i}"
             self.line(f"{self.rtype(ins.dtype)} acc{i} = {self.literal(ins.arg, ins.dtype)};")

@@ -151,6 +151,11 @@ CUDA = Language(
     global_stride="((long long)gridDim.x * blockDim.x)",
     index_type="long long",
     small_index_type="int",
+    # (half and bfloat16 registers hold exact values of their dtype: converting back is exact)
+    bit_view={"float32": ("__float_as_int({x})", "__int_as_float((int)({x}))"),
+              "float64": ("__double_as_longlong({x})", "__longlong_as_double((long long)({x}))"),
+              "float16": ("(short)zyx_f2h({x})", "zyx_h2f((unsigned short)({x}))"),
+              "bfloat16": ("(short)(__float_as_uint({x}) >> 16)", "zyx_bf2f((unsigned short)({x}))")},
     param_type="unsigned long long",
     load_format={name: fmt.format(x="{buf}[{idx}]") for name, fmt in FROM_MEMORY.items()},
     store_format={name: "{buf}[{idx}] = " + fmt.format(x="{value}") + ";" for name, fmt in TO_MEMORY.items()},

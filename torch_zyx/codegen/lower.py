@@ -265,7 +265,24 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering, BlockTileLowering)
         self.flops += len(lanes)
         if op in ("CAST", "BITCAST", "WHERE"):
             return [self.add(op, node.dtype, srcs) for srcs in zip(*per_src)]
+        if arg == "add" and node.dtype.is_float and any(src.op == "PAD" for src in node.srcs):
+            return [self.sum_of_pads(node, lane, *srcs) for lane, srcs in zip(lanes, zip(*per_src))]
         return [self.add("ALU", node.dtype, srcs, arg) for srcs in zip(*per_src)]
+
+    def sum_of_pads(self, node: Node, lane: Index, a: int, b: int) -> int:
+        """``a + b`` where an operand is a PAD: where one is padding the sum is the other operand
+        exactly, as a copy (a concatenation is a sum of pads, and ``x + 0`` is not ``x`` for -0
+        or a signalling NaN). Renderers may not fold ``x + 0`` themselves (C compilers keep IEEE
+        semantics; the LLVM one's adds allow it)."""
+        first, second = (self.pad_valid(src, lane) if src.op == "PAD" else sym.TRUE for src in node.srcs)
+        if sym.disjoint(first, second):  # a concatenation: one operand or the other, never both
+            return self.add("WHERE", node.dtype, (self.index(first), a, b))
+        total = self.add("ALU", node.dtype, (a, b), "add")
+        if second.key != sym.TRUE.key:
+            total = self.add("WHERE", node.dtype, (self.index(second), total, a))
+        if first.key != sym.TRUE.key:
+            total = self.add("WHERE", node.dtype, (self.index(first), total, b))
+        return total
 
     def emit_leaf(self, node: Node, idx: Index) -> int:
         op, arg = node.op, node.arg

@@ -1,7 +1,7 @@
 """OpenCL C renderer: the OpenCL table for the C-style renderer base (``cstyle``).
 
-Half is stored as ``half`` and moved with ``vload_half``/``vstore_half_rte``, which need no
-cl_khr_fp16; bfloat16 is stored as ``ushort`` (its upper float bits, round to nearest even);
+Half is stored as its 16 bits (``ushort`` buffers) and moved with ``vload_half``/``vstore_half_rte``,
+which need no cl_khr_fp16; bfloat16 is stored as ``ushort`` (its upper float bits, round to nearest even);
 bool is stored as ``uchar``. Float64 enables cl_khr_fp64 when a kernel uses it.
 """
 
@@ -11,7 +11,7 @@ from .cstyle import Language
 from .cstyle import render as render_c
 from .ir import LoopKernel
 
-MEMORY_TYPE = {"float16": "half", "bfloat16": "ushort", "float32": "float", "float64": "double",
+MEMORY_TYPE = {"float16": "ushort", "bfloat16": "ushort", "float32": "float", "float64": "double",
                "int8": "char", "int16": "short", "int32": "int", "int64": "long", "uint8": "uchar",
                "uint16": "ushort", "uint32": "uint", "uint64": "ulong", "bool": "uchar"}
 REGISTER_TYPE = dict(MEMORY_TYPE, float16="float", bfloat16="float", bool="bool")
@@ -28,7 +28,7 @@ inline ushort zyx_f2bf(float f) {
 #endif"""
 # float → float16 → float in registers, round to nearest even (no half arithmetic, which needs
 # cl_khr_fp16): half keeps 11 significant bits down to 2^-14 and a fixed quantum of 2^-24
-# below it; from 65520 up a value rounds to infinity.
+# below it; from 65520 up a value rounds to infinity. And a half value's bits (BITCAST).
 _HALF_HELPER = """#ifndef ZYX_ROUND_HALF
 #define ZYX_ROUND_HALF
 inline float zyx_round_half(float f) {
@@ -38,6 +38,18 @@ inline float zyx_round_half(float f) {
   frexp(f, &e);
   float scale = ldexp(1.0f, 11 - max(e, -13));
   return rint(f * scale) / scale;
+}
+#endif
+#ifndef ZYX_HALF_BITS
+#define ZYX_HALF_BITS
+inline short zyx_half_bits(float f) {
+  ushort u;
+  vstore_half_rte(f, 0, (half*)&u);
+  return (short)u;
+}
+inline float zyx_half_of_bits(short bits) {
+  ushort u = (ushort)bits;
+  return vload_half(0, (const half*)&u);
 }
 #endif"""
 
@@ -51,13 +63,22 @@ OPENCL = Language(
     global_id="((long)get_global_id(0))",
     index_type="long",
     param_type="ulong",
-    load_format={"float16": "vload_half({idx}, {buf})", "bfloat16": "as_float(((uint){buf}[{idx}]) << 16)",
-                 "bool": "({buf}[{idx}] != 0)"},
-    store_format={"float16": "vstore_half_rte({value}, {idx}, {buf});",
+    load_format={"float16": "vload_half({idx}, (__global const half*){buf})",
+                 "bfloat16": "as_float(((uint){buf}[{idx}]) << 16)", "bool": "({buf}[{idx}] != 0)"},
+    store_format={"float16": "vstore_half_rte({value}, {idx}, (__global half*){buf});",
                   "bfloat16": "{buf}[{idx}] = zyx_f2bf({value});", "bool": "{buf}[{idx}] = (uchar){value};"},
     dtype_prelude={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable", "bfloat16": _BF16_HELPER,
                    "float16": _HALF_HELPER},
+    # One element's stored bits (a register of its memory type) to its value: a load that keeps
+    # them for a store of the value or a BITCAST (cstyle ``raw``), so NaN payloads survive.
+    from_memory={"float16": "zyx_half_of_bits((short)({x}))", "bfloat16": "as_float(((uint)({x})) << 16)"},
     round_format={"float16": "zyx_round_half({x})", "bfloat16": "as_float(((uint)zyx_f2bf({x})) << 16)"},
+    # (half and bfloat16 registers hold exact values of their dtype: converting back is exact;
+    # half through a private 16-bit word, which needs no cl_khr_fp16)
+    bit_view={"float32": ("as_int({x})", "as_float((int)({x}))"),
+              "float64": ("as_long({x})", "as_double((long)({x}))"),
+              "float16": ("zyx_half_bits({x})", "zyx_half_of_bits((short)({x}))"),
+              "bfloat16": ("(short)(as_uint({x}) >> 16)", "as_float(((uint)(ushort)({x})) << 16)")},
     group_id="((long)get_group_id(0))",
     local_id="((long)get_local_id(0))",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);",

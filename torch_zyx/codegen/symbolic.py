@@ -385,6 +385,22 @@ def ge(x: Expr, bound: int) -> Expr:
     return Lt(mul(x, -1), 1 - bound)
 
 
+def disjoint(first: Expr, second: Expr) -> bool:
+    """Whether no integer point satisfies both conditions: one holds ``x < a`` and the other
+    ``-x < b`` (``x >= 1 - b``, as ``ge`` writes it) with ``a <= 1 - b``, the two sides of a
+    concatenation's boundary."""
+    def terms(cond: Expr) -> list:
+        return [t for t in (cond.terms if isinstance(cond, And) else (cond,)) if isinstance(t, Lt)]
+
+    for one in terms(first):
+        for other in terms(second):
+            if mul(one.x, -1).key == other.x.key and one.bound <= 1 - other.bound:
+                return True
+            if mul(other.x, -1).key == one.x.key and other.bound <= 1 - one.bound:
+                return True
+    return False
+
+
 def and_(*conds: Expr) -> Expr:
     terms: list[Expr] = []
     for cond in conds:

@@ -286,12 +286,6 @@ for _op in VIEW_OPS:
     register(_op)(_view_lowering(_op))
 
 
-# Renderers that render the loop IR's BITCAST (a float's bits as an integer's, and back). The
-# C-style ones (OpenCL, CUDA) have no BITCAST yet: there a dtype view that reads a float's bits
-# declines (the CPU fallback makes a copy, as before); views between integers and bool need none.
-_BITCAST_RENDERERS = frozenset({"llvm"})
-
-
 @register(aten.view.dtype)
 def view_dtype(x, dtype):
     """``x``'s bytes read as ``dtype``: a view of its memory (record/tensor.py
@@ -303,13 +297,8 @@ def view_dtype(x, dtype):
     new = TORCH_TO_ZYX.get(dtype)
     if new is None:
         raise NotImplementedError  # (a dtype zyx has no storage for)
-    storage = x._storage
-    base = getattr(storage, "base", storage)
-    if (new.is_float or base.dtype.is_float) and new is not base.dtype \
-            and storage.device.runtime.renderer not in _BITCAST_RENDERERS:
-        raise NotImplementedError
     return view_of(x, tuple(result.shape), tuple(result.stride()), result.storage_offset(),
-                   reinterpreted(storage, new))
+                   reinterpreted(x._storage, new))
 
 
 @register(aten.flatten.using_ints)
