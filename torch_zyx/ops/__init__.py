@@ -15,10 +15,11 @@ registers its ops on import. The lowerings are grouped by family:
 
 Shared helpers live next to the table: ``registry`` (operands, promotion, broadcasting),
 ``expr`` (formula nodes), ``fastpath`` (recording fast paths), ``derived_backward``,
-``argument_checks`` (ATen's argument and dtype checks that lowerings and dispatch share).
+``argument_checks`` (ATen's argument and dtype checks that lowerings and dispatch share), and
+``prims`` (the ``prims.*`` ops of PyTorch's references, mapped to the aten lowerings).
 """
 
-from . import derived_backward  # noqa: F401  (registration)
+from . import derived_backward, prims  # noqa: F401  (registration; prims looks its aten twins up when called)
 from .core import factory, movement, storage_views  # noqa: F401
 from .indexing import index, scatter, search, sort  # noqa: F401
 from .linalg import dense, ldl, matmul, spectral  # noqa: F401
