@@ -94,17 +94,17 @@ class _Binding:
                 parts.append((storage.device, storage.dtype, a._zmeta or meta(a), storage.numel,
                               seen.setdefault(id(storage), i)))
             elif isinstance(a, torch.Tensor):
-                kind = a.device.type
-                if kind not in ("cpu", "cuda"):
-                    raise NotImplementedError(f"zyx: a compiled graph given a {kind} tensor")
-                if kind == "cpu" and a.dim() == 0 and _beside_device_tensors(args):
+                cpu = a.is_cpu
+                if not (cpu or a.is_cuda):
+                    raise NotImplementedError(f"zyx: a compiled graph given a {a.device.type} tensor")
+                if cpu and a.dim() == 0 and _beside_device_tensors(args):
                     parts.append(("s", a.dtype))  # a CPU scalar beside device tensors (_Plan.run)
                     continue
                 untyped = a.untyped_storage()
-                alias = seen.setdefault(untyped.data_ptr(), i)
-                aligned = untyped.data_ptr() % ALIGNMENT == 0
-                parts.append((a.device, a.dtype, tuple(a.shape), a.stride(), a.storage_offset(),
-                              untyped.nbytes(), alias, aligned))
+                ptr = untyped.data_ptr()
+                # (torch.Size is a tuple: hashable as it is)
+                parts.append((a.device, a.dtype, a.shape, a.stride(), a.storage_offset(), untyped.nbytes(),
+                              seen.setdefault(ptr, i), ptr % ALIGNMENT == 0))
             elif isinstance(a, (int, float, bool)) or a is None:
                 parts.append(("v", type(a), a))
             else:
@@ -143,6 +143,12 @@ class _Plan:
                           for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values)]
         self.temps = [(n_in + i, dtype, numel) for i, (dtype, numel) in enumerate(plan.temps)]
         self.root_temp = {slot: k for k, slot in enumerate(plan.root_slots) if slot >= n_in}
+        # The results' container when it is a flat tuple or list (built directly: tree_unflatten
+        # costs microseconds a call), and per output whether it is its root's whole flat tensor
+        # in order (returned as it is, or viewed, rather than through as_strided).
+        self.container = _flat_container(spec)
+        numel_of = {self.root_temp[slot]: numel for slot, _dtype, numel in self.temps if slot in self.root_temp}
+        self.whole = [out[0] == "root" and _is_whole(out[2], numel_of.get(out[1])) for out in outputs]
         # Pool bytes a call allocates for its outputs (torch tensors': fresh torch tensors instead).
         self.output_bytes = 0 if bound is not None else sum(
             dtype.itemsize * numel for slot, dtype, numel in self.temps if slot in self.root_temp)
@@ -251,7 +257,7 @@ class _Plan:
         device, bound = self.device, self.bound
         storages: dict[int, object] = {}
         flat = []
-        for out in self.outputs:
+        for out, whole in zip(self.outputs, self.whole):
             kind = out[0]
             if kind == "value":
                 flat.append(out[1])
@@ -264,14 +270,20 @@ class _Plan:
                     base = outputs_torch.get(k)
                     if base is None:  # a root that is an input's buffer
                         base = _cpu_copy(device, roots[k]).to(bound)
-                    flat.append(base.as_strided(shape, strides, offset))
+                    if whole:
+                        flat.append(base if len(shape) == 1 else base.view(shape))
+                    else:
+                        flat.append(base.as_strided(shape, strides, offset))
                     continue
                 storage = storages.get(k)
                 if storage is None:
                     buffer = roots[k]
                     storage = storages[k] = Storage(g.buffer(buffer, buffer.dtype, buffer.numel), device)
                 flat.append(ZyxTensor(storage, shape, strides, offset))
-        return tree_unflatten(flat, self.spec)
+        container = self.container
+        if container is list:
+            return flat
+        return tuple(flat) if container is tuple else tree_unflatten(flat, self.spec)
 
 
 class _StreamLaunch:
@@ -382,6 +394,28 @@ def _stream_object_handle(index: int) -> int:
 
 # A CUDA build of torch answers in one C call (what Inductor's generated code asks).
 _current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_object_handle)
+
+
+def _flat_container(spec) -> type | None:
+    """``tuple`` or ``list`` when the pytree ``spec`` is one of leaves only, else None."""
+    if spec.type not in (tuple, list):
+        return None
+    children = spec.children() if callable(getattr(spec, "children", None)) else spec.children_specs
+    return spec.type if all(child.is_leaf() for child in children) else None
+
+
+def _is_whole(meta: tuple, numel: int | None) -> bool:
+    """Whether an output of geometry ``meta`` (shape, strides, offset) is the whole of a flat
+    tensor of ``numel`` elements in row-major order."""
+    shape, strides, offset = meta
+    if offset or numel is None or math.prod(shape) != numel:
+        return False
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size > 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _tensor_memory(device, t: torch.Tensor):
