@@ -142,21 +142,23 @@ def tuned(device, kernel, dtypes_: list, sig, schedule) -> tuple:
     store = _store(device)
     key = hashlib.sha1(f"{level}\n{source}".encode()).hexdigest()
     candidates = {source: ("heuristic", heuristic)}
+    # Every choice's source, those that render as another's included (a stored choice names one).
+    described = {"heuristic": source}
     for description, options in variants(device.lowering, device.runtime.renderer, level)[1:]:
         try:
             loop = lower(kernel, "zyx_kernel", dtypes_, options)
         except Exception as exc:  # noqa: BLE001  (a choice this kernel cannot take is no candidate)
             log.debug("zyx autotune: %s not possible here: %s", description, exc)
             continue
-        candidates.setdefault(device.render(loop, **device.render_options), (description, loop))
+        text = device.render(loop, **device.render_options)
+        candidates.setdefault(text, (description, loop))
+        described[description] = text
     if len(candidates) == 1:
         return heuristic, source
-    chosen = store.entries.get(key)
-    if chosen is not None:
-        for text, (description, loop) in candidates.items():
-            if description == chosen:
-                bump("autotune_cache_hits")
-                return loop, text
+    text = described.get(store.entries.get(key))
+    if text is not None:
+        bump("autotune_cache_hits")
+        return candidates[text][1], text
     bump("autotune_searches")
     best = _search(device, kernel, dtypes_, sig, schedule, list(candidates.items()))
     store.entries[key] = candidates[best][0]
