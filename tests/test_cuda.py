@@ -119,7 +119,8 @@ def _cases():
         ("uint16 uint32 uint64",
          lambda a, b, c: (a * a, a.to(torch.float32) * 2, b * 3 ^ b, torch.where(b == 7, b, b & 12),
                           c * c | 1, (c.to(torch.float64) - 5).to(torch.uint64),
-                          (b.to(torch.float32) - 100).to(torch.uint32), (a.to(torch.float32) - 100.5).to(torch.uint16),
+                          (b.to(torch.float32) - 100).to(torch.uint32),
+                          (a.to(torch.float32) - 100.5).to(torch.uint16),
                           b.sum(), c.prod()),
          (ints(100, low=0, high=65536, dtype=torch.uint16), ints(100, low=0, high=2**31, dtype=torch.uint32),
           ints(100, low=0, high=2**40, dtype=torch.uint64))),
@@ -163,11 +164,13 @@ def _cases():
         # epilogue, a transposed operand and a batch.
         ("tensor-core bf16 matmul", lambda a, w, b: torch.relu(a @ w + b),
          (rand(70, 40, dtype=bf16), rand(40, 100, dtype=bf16), rand(100, dtype=bf16))),
-        ("tensor-core f16 transposed", lambda a, b: (a.t() @ b, torch.bmm(b.t().expand(2, 72, 33), a[None].expand(2, 33, 40))),
+        ("tensor-core f16 transposed",
+         lambda a, b: (a.t() @ b, torch.bmm(b.t().expand(2, 72, 33), a[None].expand(2, 33, 40))),
          (rand(33, 40, dtype=f16), rand(33, 72, dtype=f16))),
         # Dtype views: a float's bits as an integer's and back (BITCAST), half and bfloat16 too.
-        ("dtype views", lambda a, h, b: ((a.view(torch.int32) ^ 1).view(torch.float32) * 2, h.view(torch.int16) + 1,
-                                       b.view(torch.float16) + 1, a.double().view(torch.int64) - 1),
+        ("dtype views", lambda a, h, b: ((a.view(torch.int32) ^ 1).view(torch.float32) * 2,
+                                       h.view(torch.int16) + 1, b.view(torch.float16) + 1,
+                                       a.double().view(torch.int64) - 1),
          (rand(257), rand(64, dtype=f16), rand(64, dtype=bf16))),
         ("random", lambda a: (torch.rand_like(a), F.dropout(a, 0.5) + torch.rand(a.shape, device=a.device)),
          (rand(1000),)),
@@ -283,7 +286,8 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     # the same kernel; no packing kernels before it.
     tiled = sources["block-tiled matmul"]
     assert len(h200_kernels[[r.name for r in h200_kernels].index("block-tiled matmul")].sources) == 1
-    assert tiled.count("__shared__ __align__(16) float") == 2 and tiled.count("__syncthreads();") == 2 and "x_mblk" in tiled
+    assert tiled.count("__shared__ __align__(16) float") == 2 and tiled.count("__syncthreads();") == 2
+    assert "x_mblk" in tiled
     assert "x_mblk" in sources["block-tiled transposed"] and "x_mblk" not in sources["bmm"]  # 9 x 5: too small
     assert "*((const float4*)(lm" in sources["block-tiled 64x64"] and "float4" not in tiled  # 2 x 2 per item
     # Indices in 32 bits where every index expression fits (all of these kernels), else 64.
@@ -296,7 +300,8 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     # Tensor cores: both blocks held as stored (16 bits), fragments read from them, mma.sync.
     cores = sources["tensor-core bf16 matmul"]
     assert cores.count("__shared__ __align__(16) unsigned short") == 2 and "mma.sync.aligned.m16n8k16" in cores
-    assert "zyx_mma_bf16(v" in cores and "zyx_load_a(lm" in cores and "zyx_mma_f16(v" in sources["tensor-core f16 transposed"]
+    assert "zyx_mma_bf16(v" in cores and "zyx_load_a(lm" in cores
+    assert "zyx_mma_f16(v" in sources["tensor-core f16 transposed"]
 
 
 @needs_nvrtc

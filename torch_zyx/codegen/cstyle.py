@@ -434,8 +434,8 @@ class CStyleRenderer:
         self.rtype(dtype)
         mtype = lang.memory_type[dtype.name]
         fmt = lang.to_memory.get(dtype.name, "{x}")
-        values = ", ".join(self.raw_of(instrs[m].srcs[2], dtype, instrs) or fmt.format(x=self.values[instrs[m].srcs[2]])
-                           for m in run)
+        values = ", ".join(self.raw_of(instrs[m].srcs[2], dtype, instrs)
+                           or fmt.format(x=self.values[instrs[m].srcs[2]]) for m in run)
         self.line(lang.vector_store.format(vtype=lang.vector_types[mtype], buf=self.values[first.srcs[0]],
                                            idx=self.values[first.srcs[1]], values=values))
 

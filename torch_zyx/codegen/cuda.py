@@ -109,7 +109,8 @@ static __device__ __forceinline__ zyx_frag_a zyx_load_at(const unsigned short* p
   zyx_frag_a f;
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3])
-               : "r"(zyx_shared(tile + ((ZYX_LANE & 7) + (ZYX_LANE >> 4) * 8) * pitch + ((ZYX_LANE >> 3) & 1) * 8)));
+               : "r"(zyx_shared(tile + ((ZYX_LANE & 7) + (ZYX_LANE >> 4) * 8) * pitch
+                                + ((ZYX_LANE >> 3) & 1) * 8)));
   return f;
 }
 static __device__ __forceinline__ zyx_frag_b zyx_load_bt(const unsigned short* p, long long pitch) {

@@ -115,8 +115,9 @@ class BlockTileLowering:
         if narrow_a.dtype == narrow_b.dtype and narrow_a.dtype.name in self.options.tensor_cores:
             a, b = narrow_a, narrow_b
             # (Upper bound: a block held k by k pads its width rather than k.)
+            item = a.dtype.itemsize
             fitting = [t for t in self.options.mma_tiles
-                       if STAGES * (t.bm + t.bn + _PACKED_PAD) * (t.bk + _PACKED_PAD) * a.dtype.itemsize <= budget]
+                       if STAGES * (t.bm + t.bn + _PACKED_PAD) * (t.bk + _PACKED_PAD) * item <= budget]
         else:
             # Both blocks with their padded pitch, in the type shared arrays hold (float for half).
             element = max(src.dtype.itemsize, 4)

@@ -147,7 +147,8 @@ class _Plan:
         # costs microseconds a call), and per output whether it is its root's whole flat tensor
         # in order (returned as it is, or viewed, rather than through as_strided).
         self.container = _flat_container(spec)
-        numel_of = {self.root_temp[slot]: numel for slot, _dtype, numel in self.temps if slot in self.root_temp}
+        numel_of = {self.root_temp[slot]: numel for slot, _dtype, numel in self.temps
+                    if slot in self.root_temp}
         self.whole = [out[0] == "root" and _is_whole(out[2], numel_of.get(out[1])) for out in outputs]
         # Pool bytes a call allocates for its outputs (torch tensors': fresh torch tensors instead).
         self.output_bytes = 0 if bound is not None else sum(
@@ -157,7 +158,8 @@ class _Plan:
                       for index, buffer in zip(slot_of_input, sig.buffers)]
         # A plan of torch ``cuda`` tensors launched straight on torch's stream, decided at the
         # first call: a _StreamLaunch, False (the general path), or None (not decided yet).
-        self.on_stream: _StreamLaunch | bool | None = None if bound is not None and bound.type == "cuda" else False
+        self.on_stream: _StreamLaunch | bool | None = \
+            None if bound is not None and bound.type == "cuda" else False
 
     def run(self, args: list):
         on_stream = self.on_stream

@@ -5,8 +5,8 @@ Part of registering the device (``torch_zyx._register``) and of recording (``set
 storage). A zyx tensor keeps its data in zyx's pools; its ``untyped_storage()`` (record/tensor.py
 ``torch_storage``) is a storage over its home buffer (record/pinned.py) that carries the tensor's
 ``Storage`` as ``_zyx``, whose current value may be lazy, so copies from or into it go through
-zyx (``storage_to_cpu``, a lazy write), never its raw memory. ``torch.load`` with a zyx map location moves each saved
-storage with ``storage.to(device)`` and then rebuilds every tensor on it as
+zyx (``storage_to_cpu``, a lazy write), never its raw memory. ``torch.load`` with a zyx map location
+moves each saved storage with ``storage.to(device)`` and then rebuilds every tensor on it as
 ``torch.empty(0, device="zyx").set_(storage, offset, size, stride)``. Here:
 
 - a storage moved to zyx (``storage.to(device="zyx")``) is an ``UntypedStorage``

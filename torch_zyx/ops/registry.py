@@ -186,7 +186,8 @@ def check_unsigned_promotion(operands) -> None:
     refuses: as its ResultTypeState, operands promote within their category (tensors of
     dimension > 0, 0-d tensors, Python scalars: int as Long, bool as Bool), then the categories
     combine, a lower one only where it is floating or the higher is Bool."""
-    dtypes_of = [a._storage.dtype if a.__class__ is ZyxTensor else getattr(a, "dtype", None) for a in operands]
+    dtypes_of = [a._storage.dtype if a.__class__ is ZyxTensor else getattr(a, "dtype", None)
+                 for a in operands]
     if not any(ZYX_TO_TORCH.get(d, d) in BAREBONES_UNSIGNED for d in dtypes_of):
         return
     dim = zero = wrapped = None

@@ -23,7 +23,8 @@ from .argument_checks import kernel_error
 from .registry import BAREBONES_UNSIGNED, result_dtype
 
 _SELF = {
-    "abs": "abs_cpu", "neg": "neg_cpu", "sign": "sign_cpu", "sgn": "sign_cpu", "bitwise_not": "bitwise_not_cpu",
+    "abs": "abs_cpu", "neg": "neg_cpu", "sign": "sign_cpu", "sgn": "sign_cpu",
+    "bitwise_not": "bitwise_not_cpu",
     "logical_not": "logical_not_cpu", "frac": "frac_cpu", "amax": "max_values_cpu", "amin": "min_values_cpu",
     "aminmax": "aminmax_cpu", "argmax": "argmax_cpu", "argmin": "argmin_cpu", "max": "max_all",
     "min": "min_all", "cummax": "cummax_cpu", "cummin": "cummin_cpu", "topk": "topk_cpu",

@@ -387,7 +387,8 @@ def torch_storage(storage) -> torch.UntypedStorage:
             return untyped
     untyped = torch._C._construct_storage_from_data_pointer(address, _torch_device(base.device.index), nbytes)
     untyped._zyx = base
-    _torch_storages[key] = (weakref.ref(base, lambda _ref: _torch_storages.pop(key, None)), weakref.ref(untyped))
+    _torch_storages[key] = (weakref.ref(base, lambda _ref: _torch_storages.pop(key, None)),
+                            weakref.ref(untyped))
     return untyped
 
 
