@@ -10,7 +10,10 @@ NAMES = ("kernels_launched", "kernels_compiled", "realizations", "schedule_cache
          # Entries the bounded caches dropped (execute/cache.py, ZYX_CACHE_ENTRIES).
          "cache_evictions",
          # ZYX_AUTOTUNE (execute/autotune.py): kernels searched, and found in the stored results.
-         "autotune_searches", "autotune_cache_hits")
+         "autotune_searches", "autotune_cache_hits",
+         # Small CPU kernels compiled without optimization at first, and optimized once their
+         # plans ran a few times (runtime/cpu.py ``CPUProgram.upgrade``).
+         "kernels_compiled_quick", "kernels_optimized")
 
 _values = dict.fromkeys(NAMES, 0)
 

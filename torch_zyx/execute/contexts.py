@@ -71,14 +71,19 @@ class DeviceContext:
             buffer = self.constants[key] = ConstantBuffer(self, dtype, pack_scalars(dtype, values))
         return buffer
 
-    def program(self, name: str, source: str):
+    def program(self, name: str, source: str, quick: bool = False):
+        """The runtime's program for ``source``, compiled once per device. ``quick``: the runtime
+        may compile it fast and unoptimized first (a CPU kernel that runs briefly; it is
+        optimized if its plans keep running, see ``realize.launch_plan``)."""
         program = self.programs.get(source)
         if program is None:
             if CONFIG.debug & DEBUG_SOURCE:
                 print(f"zyx source {name}:\n{source}")
-            program = self.runtime.compile(name, source)
+            program = self.runtime.compile(name, source, quick=True) if quick else self.runtime.compile(name, source)
             self.programs[source] = program
             bump("kernels_compiled")
+        elif not quick and getattr(program, "quick", False):
+            program.upgrade()  # (the same source for more work: its optimized code now)
         return program
 
     def synchronize(self) -> None:

@@ -54,10 +54,16 @@ class Plan:
         # it takes them so; found at the first launch. They then wait for the events of all the
         # buffers they touch and record one event for all of them.
         self.steps: tuple | None | object = _UNKNOWN
+        # Launches so far while a program is still compiled unoptimized (``launch_plan``).
+        self.quick_runs = 0 if any(getattr(p, "quick", False) for p in programs) else None
         self.tracked = tuple(sorted({i for launch in self.launches for i in launch[3]}))
 
 
 _UNKNOWN = object()
+# Launches of a plan after which its unoptimized (quick) programs are compiled optimized: a plan
+# run once or twice (a new shape, a test) never pays the optimizer, one in a loop does from its
+# third run (the benchmarks' warm-up runs it that often).
+QUICK_RUNS = 3
 # (device, slot dtypes, stores' ASTs) → (loop IR, program): lowering is the costly part of a miss.
 _lowered: dict[tuple, tuple] = BoundedCache(2 * CONFIG.cache_entries)
 _plans: dict[tuple, Plan] = BoundedCache(CONFIG.cache_entries)
@@ -98,8 +104,9 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
             loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
             # "zyx_kernel(" names the kernel in every renderer's output
             # (LLVM "@zyx_kernel(", C "zyx_kernel(").
+            quick = getattr(device.runtime, "quick_compile", None)
             cached = _lowered[lower_key] = (loop, device.program(loop.name, source.replace(
-                "zyx_kernel(", f"{loop.name}(")))
+                "zyx_kernel(", f"{loop.name}("), quick=bool(quick and quick(loop.work, loop.global_size))))
         programs.append(cached[1])
         kernels_ir.append(cached[0])
     return Plan(schedule, programs, kernels_ir, len(sig.buffers))
@@ -201,6 +208,14 @@ def launch_plan(plan: Plan, device: DeviceContext, buffers: list, random_args: l
     its own for them (ASYNC EVENT RULES)."""
     events = device.events
     debug = CONFIG.debug
+    if plan.quick_runs is not None:
+        plan.quick_runs += 1
+        if plan.quick_runs >= QUICK_RUNS:
+            # A plan that keeps running (a training step, a loop): its kernels optimized now.
+            for program in plan.programs:
+                program.upgrade()
+            plan.quick_runs = None
+            plan.steps = _UNKNOWN  # (they hold the unoptimized entry addresses)
     steps = plan_steps(plan, device)
     if steps is not None and not debug:
         # One event for the plan: the launches run in order (one stream, or one after the other

@@ -21,6 +21,7 @@ import llvmlite.binding as llvm
 
 from ..codegen.llvm import PREFETCH_ATTRIBUTE, STREAM_ATTRIBUTE, STREAM_STORE_BYTES
 from ..config import CONFIG, DEBUG_COMPILE
+from ..counters import bump
 from ..lazy.panels import DEFAULT_TILE, MatmulTile
 from ..memory.events import Event, completed, wait_all
 from ..memory.host import HostPool
@@ -200,11 +201,33 @@ def _nontemporal(match: re.Match) -> str:
 
 
 class CPUProgram:
-    def __init__(self, device: CPUDevice, name: str, engine, address: int, source: str):
+    """A compiled kernel: its entry addresses (``address`` on the calling thread, the parallel
+    entry for the team). ``quick``: compiled without optimization passes (``upgrade`` compiles
+    it optimized and moves the addresses there)."""
+
+    def __init__(self, device: CPUDevice, name: str, engine, address: int, source: str, quick: bool = False):
         self.device, self.name, self.source = device, name, source
         self._engine = engine  # keeps the machine code alive
+        # And every earlier version's: a plan's launch steps may still hold their addresses.
+        self._earlier: list = []
         self.address = address
         self.parallel_address = engine.get_function_address(name + _PARALLEL_SUFFIX)
+        self.quick = quick
+
+    def upgrade(self) -> None:
+        """The kernel compiled with the optimization passes, its addresses moved there (a no-op
+        for one compiled so). The optimized copy has a name of its own: one engine cannot define
+        a symbol twice."""
+        if not self.quick:
+            return
+        name = self.name + "_o"
+        source = self.source.replace(f"@{self.name}(", f"@{name}(")
+        engine, self.address = self.device.machine_code(name, source, quick=False)
+        self._earlier.append(self._engine)
+        self._engine = engine
+        self.parallel_address = engine.get_function_address(name + _PARALLEL_SUFFIX)
+        self.quick = False
+        bump("kernels_optimized")
 
     def launch(self, buffers: list, params: list[int], global_size: int, work: int,
                wait_events: list[Event]) -> Event:
@@ -442,27 +465,43 @@ class CPUDevice:
         CALLS.serial_each(steps, pointers, params)
         return completed()
 
-    def compile(self, name: str, source: str) -> CPUProgram:
+    def quick_compile(self, work: int, global_size: int) -> bool:
+        """Whether a kernel of ``work`` scalar operations over ``global_size`` iterations is
+        compiled without optimization passes at first: one that runs on the calling thread
+        (``runs_serially``), where the passes cost ~5x the compile (~40 ms against ~6) and its
+        run microseconds either way. A program that keeps running is optimized then
+        (``CPUProgram.upgrade``, from execute/realize.py's ``launch_plan``)."""
+        return self.runs_serially(work, global_size)
+
+    def compile(self, name: str, source: str, quick: bool = False) -> CPUProgram:
         # Errors and the program carry the kernel's own source (what the renderer wrote).
-        kernel_source = source
-        source = self._module_source(name, source)
+        engine, address = self.machine_code(name, source, quick)
+        if quick:
+            bump("kernels_compiled_quick")
+        return CPUProgram(self, name, engine, address, source, quick)
+
+    def machine_code(self, name: str, kernel_source: str, quick: bool) -> tuple:
+        """(engine, address) of kernel ``name`` compiled from ``kernel_source``, optimized or
+        (``quick``) not, from the disk cache where it is there."""
+        source = self._module_source(name, kernel_source)
         # Keyed by everything the machine code depends on: the target, LLVM, torch_zyx, the code
-        # model and the module's source.
+        # model, the passes and the module's source.
         key = (f"{self.triple}\x00{llvm.get_host_cpu_name()}\x00{_LLVM_VERSION}\x00{PACKAGE_VERSION}\x00"
-               f"{_CODE_MODEL}\x00{source}")
+               f"{_CODE_MODEL}\x00{'quick' if quick else 'O3'}\x00{source}")
         cached_object = self._cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.obj"
         with self._lock:
             # (checksummed: a garbled object file made MCJIT abort the process)
             code = read_entry(cached_object) if CONFIG.disk_cache else None
             if code is None:
-                module = self._optimized(self._parse(name, kernel_source, source), source)
+                module = self._parse(name, kernel_source, source)
+                if not quick:
+                    module = self._optimized(module, source)
                 if CONFIG.debug & DEBUG_COMPILE:
-                    print(f"zyx compile {name}: {len(source)} chars of LLVM IR")
+                    print(f"zyx compile {name}: {len(source)} chars of LLVM IR{' (quick)' if quick else ''}")
                 code = self.target_machine.emit_object(module)
                 self._store_object(cached_object, code)
             engine = self._engines.load(name, code)
-            address = engine.get_function_address(name)
-        return CPUProgram(self, name, engine, address, kernel_source)
+            return engine, engine.get_function_address(name)
 
     def _store_object(self, path, data: bytes) -> None:
         if not CONFIG.disk_cache:

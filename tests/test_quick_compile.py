@@ -1,0 +1,70 @@
+"""Small CPU kernels compile without optimization passes first and are optimized once their plans
+keep running (runtime/cpu.py ``quick_compile``/``CPUProgram.upgrade``, execute/realize.py
+``QUICK_RUNS``): a program run once (a new shape) skips the optimizer, one in a loop gets it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_zyx
+from torch_zyx.execute import realize
+from torch_zyx.execute.contexts import devices
+
+pytestmark = pytest.mark.skipif(devices()[0].runtime.renderer != "llvm",
+                                reason="quick compiles are the CPU backend's (LLVM passes)")
+
+
+def _counts() -> dict:
+    counts = torch_zyx.counters()
+    return {k: counts[k] for k in ("kernels_compiled", "kernels_compiled_quick", "kernels_optimized")}
+
+
+def test_a_small_kernel_is_optimized_once_its_plan_keeps_running():
+    x = torch.randn(97)
+    z = x.to("zyx")
+    torch_zyx.reset_counters()
+    for run in range(realize.QUICK_RUNS + 2):
+        got = ((z * 2.5 + 1).sin() - z).cpu()  # a graph no other test makes (a fresh program)
+        torch.testing.assert_close(got, (x * 2.5 + 1).sin() - x)
+        counts = _counts()
+        assert counts["kernels_compiled"] == counts["kernels_compiled_quick"] == 1
+        assert counts["kernels_optimized"] == (1 if run + 1 >= realize.QUICK_RUNS else 0)
+
+
+def test_large_kernels_are_optimized_from_the_start():
+    x = torch.randn(1 << 20)
+    torch_zyx.reset_counters()
+    torch.testing.assert_close((x.to("zyx") * 3.5 - 0.25).cpu(), x * 3.5 - 0.25)
+    counts = _counts()
+    assert counts["kernels_compiled"] >= 1 and counts["kernels_compiled_quick"] == 0
+
+
+def test_many_shapes_compile_quickly_and_match():
+    """Each new shape is a new kernel (sizes are in the code): compiled quick, results exact."""
+    torch_zyx.reset_counters()
+    for n in range(3, 40):
+        idx = torch.arange(n) % 5
+        expected = torch.zeros(n, 4).index_put_((idx,), torch.ones(n, 4), accumulate=True)
+        got = torch.zeros(n, 4, device="zyx").index_put_((idx.to("zyx"),), torch.ones(n, 4, device="zyx"),
+                                                          accumulate=True)
+        torch.testing.assert_close(got.cpu(), expected)
+    counts = _counts()
+    assert counts["kernels_compiled_quick"] > 0 and counts["kernels_optimized"] == 0
+
+
+def test_the_same_source_for_more_work_runs_optimized():
+    """A program compiled quick and then needed by a launch of much more work (the same source:
+    the outer range is a parameter) is optimized first."""
+    device = devices()[0]
+    source_program = None
+    x = torch.randn(64)
+    torch_zyx.reset_counters()
+    (x.to("zyx") + 7.25).cpu()
+    for program in device.programs.values():
+        if getattr(program, "quick", False):
+            source_program = program
+    assert source_program is not None
+    source = source_program.source
+    again = device.program(source_program.name, source)  # asked for without quick
+    assert again is source_program and not again.quick and torch_zyx.counters()["kernels_optimized"] == 1
