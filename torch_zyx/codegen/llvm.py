@@ -109,6 +109,11 @@ def literal(value, dtype: DType) -> str:
     return str(int(dtypes.python_value(dtype, value)))
 
 
+def _is_plus_zero(ins) -> bool:
+    """Whether loop-IR instruction ``ins`` is the constant +0 (all bits zero)."""
+    return ins.op == "CONST" and ins.arg == 0 and math.copysign(1.0, float(ins.arg)) > 0
+
+
 class LLVMRenderer:
     def __init__(self, kernel: LoopKernel, stream_store_bytes: int, vector_bits: int):
         self.kernel = kernel
@@ -477,6 +482,13 @@ class LLVMRenderer:
             c, a, b = (self.values[s] for s in ins.srcs)
             t = self.rtype(ins.dtype)
             self.values[i] = self.emit(f"select i1 {c}, {t} {a}, {t} {b}")
+            if ins.dtype.itemsize == 2 and ins.dtype.is_float:
+                # A choice between known bits is known bits (a concatenation copies them exactly;
+                # without the optimizer's folding, float -> half would quiet a signalling NaN).
+                bits = [self.bits16.get(v, "0" if _is_plus_zero(instrs[s]) else None)
+                        for v, s in ((a, ins.srcs[1]), (b, ins.srcs[2]))]
+                if None not in bits:
+                    self.bits16[self.values[i]] = self.emit(f"select i1 {c}, i16 {bits[0]}, i16 {bits[1]}", "i")
         elif op == "DEFINE":
             self.vars[ins.arg] = self.values[i] = self.values[ins.srcs[0]]
         elif op == "ACC":
@@ -553,20 +565,21 @@ class LLVMRenderer:
         value = self.emit(f"load {mt}, ptr {ptr}{self.alias_tags(ins.srcs[0])}")
         if dtype.kind == "b":
             value = self.emit(f"icmp ne i8 {value}, 0")
-        elif dtype.name == "bfloat16":  # the upper half of a float: shift instead of a libcall
+        bits = None
+        if dtype.name == "bfloat16":  # the upper half of a float: shift instead of a libcall
             bits = self.emit(f"bitcast bfloat {value} to i16", "i")
             wide = self.emit(f"zext i16 {bits} to i32", "i")
             value = self.emit(f"bitcast i32 {self.emit(f'shl i32 {wide}, 16', 'i')} to float")
-            if valid is None:
-                self.bits16[value] = bits
         elif dtype.name == "float16":
             bits = self.emit(f"bitcast half {value} to i16", "i")  # (unused ones are dropped by LLVM)
             value = self.emit(f"fpext {mt} {value} to float")
-            if valid is None:
-                self.bits16[value] = bits
         if valid is not None:
             zero = literal(0, dtype) if dtype.kind != "f" else float_literal(0.0, dtypes.float32)
             value = self.emit(f"select i1 {valid}, {self.rtype(dtype)} {value}, {self.rtype(dtype)} {zero}")
+            if bits is not None:  # (a masked lane's bits: +0's)
+                bits = self.emit(f"select i1 {valid}, i16 {bits}, i16 0", "i")
+        if bits is not None:
+            self.bits16[value] = bits
         return value
 
     def open_loop(self, i: int, ins: Instr) -> None:

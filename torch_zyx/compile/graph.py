@@ -633,8 +633,9 @@ class CompiledGraph:
 class _EmptyPlan:
     """The plan of a graph whose outputs are all inputs or Python values: nothing to launch."""
 
-    launches = temps = root_slots = tracked = ()
+    launches = temps = root_slots = tracked = programs = ()
     steps = None  # (launch_plan: no runtime steps)
+    quick_runs = None  # (no programs to optimize)
 
 
 class _EmptySignature:
