@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from .. import dtypes
 from ..dtypes import DType
 from . import symbolic as sym
-from .ir import Instr, LoopKernel
+from .ir import Instr, LoopKernel, is_plus_zero
 
 # ------------------------------------------------------------------------------- shared tables
 
@@ -135,6 +135,8 @@ class Language:
     # the helpers they use. Empty: none (lowering emits them only for devices that have them).
     fragment_type: str = ""
     fragment_load: str = ""
+    mma: dict[str, str] = field(default_factory=dict)
+    mma_prelude: str = ""
     # BITCAST: per float dtype, its register value's bits as a signed integer of its size ({x})
     # and a register value from such bits ({x}: an integer of that size, any signedness).
     bit_view: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -142,8 +144,6 @@ class Language:
     # index expression stays within +-2^30 (``_small_indices``): GPUs do 64-bit integer
     # arithmetic in several instructions. Empty: always ``index_type``.
     small_index_type: str = ""
-    mma: dict[str, str] = field(default_factory=dict)
-    mma_prelude: str = ""
 
 
 def _computed_local(ins: Instr) -> bool:
@@ -325,11 +325,6 @@ class CStyleRenderer:
             # Only the selected branch of ?: is evaluated, so masked lanes never touch memory.
             value = f"({self.values[ins.srcs[2]]} ? {value} : {self.literal(0, ins.dtype)})"
         return value
-
-    @staticmethod
-    def is_zero(ins: Instr) -> bool:
-        """Whether ``ins`` is the constant +0 (all bits zero)."""
-        return ins.op == "CONST" and ins.arg == 0 and not math.copysign(1.0, float(ins.arg)) < 0
 
     def converted(self, dtype: DType) -> bool:
         """Whether ``dtype`` is a float stored otherwise than computed (half, bfloat16)."""
@@ -554,9 +549,10 @@ class CStyleRenderer:
             c, a, b = (self.values[s] for s in ins.srcs)
             self.values[i] = self.declare(i, ins.dtype, f"({c} ? {a} : {b})")
             if self.converted(ins.dtype):  # a choice between stored bits is stored bits
-                bits = [self.raw.get(src, "0" if self.is_zero(instrs[src]) else None) for src in ins.srcs[1:]]
+                bits = [self.raw.get(src, "0" if is_plus_zero(instrs[src]) else None) for src in ins.srcs[1:]]
                 if None not in bits:
-                    self.raw[i] = f"(({self.lang.memory_type[ins.dtype.name]})({c} ? {bits[0]} : {bits[1]}))"
+                    mtype = self.lang.memory_type[ins.dtype.name]
+                    self.raw[i] = f"(({mtype})({c} ? {bits[0]} : {bits[1]}))"
         elif op == "ACC":
             self.values[i] = f"acc{i}"
             self.line(f"{self.rtype(ins.dtype)} acc{i} = {self.literal(ins.arg, ins.dtype)};")

@@ -44,6 +44,7 @@ Tensor-core kernels only (``LoweringOptions.tensor_cores``): a warp's 16 x 8 x 1
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,3 +70,8 @@ class LoopKernel:
     flops: int
     bytes: int
     group_size: int = 0  # > 0: one work group of this many items per outer iteration
+
+
+def is_plus_zero(ins: Instr) -> bool:
+    """Whether ``ins`` is the constant +0 (all its bits zero: the stored bits of a masked lane)."""
+    return ins.op == "CONST" and ins.arg == 0 and math.copysign(1.0, float(ins.arg)) > 0

@@ -18,7 +18,7 @@ from .. import dtypes
 from ..dtypes import DType
 from . import llvm_math
 from . import symbolic as sym
-from .ir import Instr, LoopKernel
+from .ir import Instr, LoopKernel, is_plus_zero
 from .math_ir import MathBuilder, MathType
 
 # ------------------------------------------------------------------------------- tables
@@ -109,11 +109,6 @@ def literal(value, dtype: DType) -> str:
     return str(int(dtypes.python_value(dtype, value)))
 
 
-def _is_plus_zero(ins) -> bool:
-    """Whether loop-IR instruction ``ins`` is the constant +0 (all bits zero)."""
-    return ins.op == "CONST" and ins.arg == 0 and math.copysign(1.0, float(ins.arg)) > 0
-
-
 class LLVMRenderer:
     def __init__(self, kernel: LoopKernel, stream_store_bytes: int, vector_bits: int):
         self.kernel = kernel
@@ -133,7 +128,8 @@ class LLVMRenderer:
         self.block = "entry"
         self.loops: dict[int, tuple[str, str, str, str]] = {}
         # A half or bfloat16 element's exact bits where they are known: float register value ->
-        # the i16 it was loaded as (an unmasked load) or made from (BITCAST). Storing the value
+        # the i16 it was loaded as (+0's for a masked lane), made from (BITCAST) or chosen
+        # between (WHERE). Storing the value
         # stores them and BITCAST reads them: rounding through float would quiet a NaN's bits
         # (as the C-style renderer keeps a loaded half's bits: cstyle ``raw``).
         self.bits16: dict[str, str] = {}
@@ -485,10 +481,11 @@ class LLVMRenderer:
             if ins.dtype.itemsize == 2 and ins.dtype.is_float:
                 # A choice between known bits is known bits (a concatenation copies them exactly;
                 # without the optimizer's folding, float -> half would quiet a signalling NaN).
-                bits = [self.bits16.get(v, "0" if _is_plus_zero(instrs[s]) else None)
+                bits = [self.bits16.get(v, "0" if is_plus_zero(instrs[s]) else None)
                         for v, s in ((a, ins.srcs[1]), (b, ins.srcs[2]))]
                 if None not in bits:
-                    self.bits16[self.values[i]] = self.emit(f"select i1 {c}, i16 {bits[0]}, i16 {bits[1]}", "i")
+                    chosen = self.emit(f"select i1 {c}, i16 {bits[0]}, i16 {bits[1]}", "i")
+                    self.bits16[self.values[i]] = chosen
         elif op == "DEFINE":
             self.vars[ins.arg] = self.values[i] = self.values[ins.srcs[0]]
         elif op == "ACC":

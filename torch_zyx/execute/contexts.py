@@ -79,7 +79,9 @@ class DeviceContext:
         if program is None:
             if CONFIG.debug & DEBUG_SOURCE:
                 print(f"zyx source {name}:\n{source}")
-            program = self.runtime.compile(name, source, quick=True) if quick else self.runtime.compile(name, source)
+            # (only runtimes with ``quick_compile`` are asked for a quick one)
+            program = self.runtime.compile(name, source, quick=True) if quick else \
+                self.runtime.compile(name, source)
             self.programs[source] = program
             bump("kernels_compiled")
         elif not quick and getattr(program, "quick", False):
