@@ -25,7 +25,10 @@ device-to-device ``copy_`` of a 1 GiB tensor: read + write). Targets (DESIGN.md,
 
 A second table times matrix products against cuBLAS (torch CUDA eager, float32 without tf32):
 4096^3 float32 (target >= 70% of cuBLAS) and bfloat16 (>= 60%), and ``gelu(x @ w + b)`` fused
-(at least cuBLAS plus eager's epilogue; the GPU kernels issue).
+(at least cuBLAS plus eager's epilogue; the GPU kernels issue); and scaled dot-product
+attention's forward in bfloat16 against torch's SDPA kernel (>= 50% of its throughput). The
+first table also has a TransformerEncoderLayer's forward and backward (target: at most 1.5x
+CUDA eager's time).
 
 A third table times ``torch.compile``: the chain compiled with ``backend="zyx"`` on torch
 ``cuda`` tensors (run by zyx's CUDA device in their memory) against Inductor on the same tensors,
@@ -131,6 +134,22 @@ def adam_step(torch, model, x, y, device, compiled=False, backend="inductor"):
     return step
 
 
+def transformer_step(torch, device):
+    """One forward and backward of a TransformerEncoderLayer (d512, 8 heads, seq 256, batch 8,
+    float32, no dropout) on ``device``: the step's function."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(512, 8, dropout=0.0, batch_first=True).to(device)
+    x = torch.randn(8, 256, 512, generator=torch.Generator().manual_seed(0)).to(device)
+
+    def step():
+        layer.zero_grad(set_to_none=True)
+        loss = layer(x).square().mean()
+        loss.backward()
+        return loss
+
+    return step
+
+
 def serve_torch_training(args) -> None:
     """The torch CUDA side of the training case, in a process without zyx: while a PrivateUse1
     backend is registered, PyTorch (2.8 on) makes it the process's only accelerator and its
@@ -140,7 +159,7 @@ def serve_torch_training(args) -> None:
 
     model, x, y = mlp_and_data(torch)
     cuda = torch.device("cuda", torch.cuda.current_device())
-    steps = {"eager": adam_step(torch, model, x, y, cuda)}
+    steps = {"eager": adam_step(torch, model, x, y, cuda), "transformer eager": transformer_step(torch, cuda)}
     if not args.no_compile:
         steps["inductor"] = adam_step(torch, model, x, y, cuda, compiled=True)
     for step in steps.values():  # warm up (Inductor: forward and backward compiled)
@@ -273,6 +292,7 @@ class Bench:
         self.case(f"sum over columns {side}x{side}", lambda x: x.sum(0), lambda: (randn(side, side),),
                   4 * side * side, f">= 75% copy ({0.75 * copy_gbs:.0f} GB/s)", tol=1e-2)
         mlp = self.mlp_step()
+        self.transformer()
         record = self.recording()
         self.report(copy_gbs, mlp, record)
         self.report_matmuls(self.matmul_cases(randn))
@@ -304,6 +324,36 @@ class Bench:
                 raise AssertionError(f"{name}: relative error {error:.2e} (tolerance {tol})")
             times = self.timed({"zyx": (fn, zyx_inputs, self._sync_zyx), "eager": (fn, inputs, self._sync_cuda)})
             rows.append((name, times["zyx"], times["eager"], flops, target))
+            print(f"  {name}: zyx {times['zyx'] * 1e3:.3f} ms, eager {times['eager'] * 1e3:.3f} ms "
+                  f"(relative error {error:.1e})", file=sys.stderr, flush=True)
+            del inputs, zyx_inputs, expect, got
+        return rows + self.attention_cases(randn)
+
+    def attention_cases(self, randn) -> list[tuple]:
+        """F.scaled_dot_product_attention forward, bfloat16 (batch 8, 16 heads, seq 1024, head 64):
+        zyx's fused kernel against torch's (flash attention), each checked first."""
+        torch, F = self.torch, self.torch.nn.functional
+        rows = []
+        batch, heads, length, depth = 8, 16, max(128, int(1024 * self.args.scale ** 0.5)), 64
+        for causal in (False, True):
+            name = f"sdpa {batch}x{heads}x{length}x{depth} bf16{' causal' if causal else ''}"
+            if not self.wanted(name):
+                continue
+            inputs = [randn(batch, heads, length, depth).to(torch.bfloat16) for _ in range(3)]
+            zyx_inputs = [t.to(self.zyx) for t in inputs]
+
+            def fn(q, k, v, causal=causal):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+            expect = fn(*[t.float() for t in inputs]).double()
+            got = fn(*zyx_inputs).cpu().double()
+            error = ((got - expect.cpu()).norm() / expect.norm().cpu()).item()
+            if not error < 1e-2:
+                raise AssertionError(f"{name}: relative error {error:.2e} (tolerance 1e-2)")
+            times = self.timed({"zyx": (fn, zyx_inputs, self._sync_zyx),
+                                "eager": (fn, inputs, self._sync_cuda)})
+            flops = 4 * batch * heads * length * length * depth // (2 if causal else 1)
+            rows.append((name, times["zyx"], times["eager"], flops, ">= 50% of torch's SDPA"))
             print(f"  {name}: zyx {times['zyx'] * 1e3:.3f} ms, eager {times['eager'] * 1e3:.3f} ms "
                   f"(relative error {error:.1e})", file=sys.stderr, flush=True)
             del inputs, zyx_inputs, expect, got
@@ -371,6 +421,25 @@ class Bench:
         finally:
             other.close()
         return times["zyx"], times["eager"], times.get("inductor")
+
+    def transformer(self) -> None:
+        """The TransformerEncoderLayer's forward and backward (``transformer_step``): zyx against
+        CUDA eager in the training side's process."""
+        if not self.wanted("transformer"):
+            return
+        step = transformer_step(self.torch, self.zyx)
+        for _ in range(3):
+            step()
+        self._sync_zyx()
+        other = TorchTrainingSide(self.args)
+        try:
+            times = self.timed({"zyx": (step, (), self._sync_zyx), "eager": other.side("transformer eager")})
+        finally:
+            other.close()
+        self.rows.append(("TransformerEncoderLayer d512 fwd+bwd (8x256)", times["zyx"], times["eager"], None,
+                          0, "<= 1.5x eager time", ""))
+        print(f"  transformer: zyx {times['zyx'] * 1e3:.3f} ms, eager {times['eager'] * 1e3:.3f} ms",
+              file=sys.stderr, flush=True)
 
     def recording(self) -> tuple[float, float | None]:
         """Thread CPU microseconds per lazily recorded op on the CUDA device and on the CPU

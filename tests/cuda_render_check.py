@@ -60,7 +60,7 @@ _KERNEL_MARK = "//@zyx-kernel "
 
 def _install_cuda_render_check(directory: _Path) -> None:
     from torch_zyx.codegen import cuda as cuda_renderer
-    from torch_zyx.codegen.lower import lower
+    from torch_zyx.codegen.lower import kept_composites, lower
     from torch_zyx.execute import realize
     from torch_zyx.lazy.kernelize import kernelize
 
@@ -92,7 +92,8 @@ def _install_cuda_render_check(directory: _Path) -> None:
         return plan
 
     def _render_for_cuda(roots, sig):
-        schedule = kernelize(roots, sig, None if options.block_tiles else options.matmul_tile)
+        schedule = kernelize(roots, sig, None if options.block_tiles else options.matmul_tile,
+                             kept_composites(options))
         kernels = []
         for kernel in schedule.kernels:
             dtypes_ = tuple(sig.buffers[ref].dtype if kind == "in" else sig.scalar_dtypes[ref]

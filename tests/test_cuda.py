@@ -164,6 +164,15 @@ def _cases():
         # epilogue, a transposed operand and a batch.
         ("tensor-core bf16 matmul", lambda a, w, b: torch.relu(a @ w + b),
          (rand(70, 40, dtype=bf16), rand(40, 100, dtype=bf16), rand(100, dtype=bf16))),
+        # Fused attention (codegen/lower_attention.py): query rows and keys not multiples of the
+        # blocks, causal and not, a value head size other than the query's, and the
+        # log-sum-exp stored by the same kernel.
+        ("fused attention bf16", lambda q, k, v: (_fused_attention(q, k, v, False)[0],
+                                                  *_fused_attention(q, k, v, True)[:2]),
+         (rand(2, 70, 32, dtype=bf16), rand(2, 80, 32, dtype=bf16), rand(2, 80, 16, dtype=bf16))),
+        ("fused attention f16 transposed",
+         lambda q, k, v: _fused_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), True)[0],
+         (rand(64, 2, 16, dtype=f16), rand(128, 2, 16, dtype=f16), rand(128, 2, 16, dtype=f16))),
         ("tensor-core f16 transposed",
          lambda a, b: (a.t() @ b, torch.bmm(b.t().expand(2, 72, 33), a[None].expand(2, 33, 40))),
          (rand(33, 40, dtype=f16), rand(33, 72, dtype=f16))),
@@ -184,11 +193,15 @@ def _cases():
     ]
 
 
+def _fused_attention(q, k, v, causal):
+    return torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, k, v, is_causal=causal)
+
+
 def _collect(monkeypatch, options) -> list[Realization]:
     """Every case run on zyx's CPU device; each realization's graph kernelized and lowered
     again with ``options`` and rendered as CUDA C."""
     from torch_zyx.codegen import cuda as cuda_renderer
-    from torch_zyx.codegen.lower import lower
+    from torch_zyx.codegen.lower import kept_composites, lower
     from torch_zyx.lazy.kernelize import GraphSignature, kernelize
     from torch_zyx.record import pending
 
@@ -206,7 +219,8 @@ def _collect(monkeypatch, options) -> list[Realization]:
             return outputs
         device.synchronize()
         sig = GraphSignature(roots)
-        schedule = kernelize(roots, sig, None if options.block_tiles else options.matmul_tile)
+        schedule = kernelize(roots, sig, None if options.block_tiles else options.matmul_tile,
+                             kept_composites(options))
         loops, sources = [], []
         for n, kernel in enumerate(schedule.kernels):
             dtypes_ = [sig.buffers[ref].dtype if kind == "in" else sig.scalar_dtypes[ref] if kind == "scalars"
@@ -365,6 +379,24 @@ extern "C" uint64_t zyx_shuffle_down(uint64_t bits, int offset) {
   warp_barriers[warp]->arrive_and_wait();
   return out;
 }
+extern "C" uint64_t zyx_shuffle_xor(uint64_t bits, int mask) {
+  unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  lanes[warp][lane] = bits;
+  warp_barriers[warp]->arrive_and_wait();
+  uint64_t out = lanes[warp][(lane ^ mask) % 32];
+  warp_barriers[warp]->arrive_and_wait();
+  return out;
+}
+// Each lane's four registers of a fragment it holds (PACK), gathered for every lane of its warp.
+static uint32_t fragments[32][32][4];
+extern "C" void zyx_warp_gather(const uint32_t* mine, uint32_t* all) {
+  unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = 0; i < 4; i++) fragments[warp][lane][i] = mine[i];
+  warp_barriers[warp]->arrive_and_wait();
+  for (int l = 0; l < 32; l++)
+    for (int i = 0; i < 4; i++) all[4 * l + i] = fragments[warp][l][i];
+  warp_barriers[warp]->arrive_and_wait();
+}
 // One OS thread per CUDA thread of a block, running the blocks one after the other (a barrier
 // between two: the next block's writes to the shared arrays wait for the last reads).
 extern "C" void zyx_run(unsigned grid, unsigned block, void (*body)(void*), void* state) {
@@ -399,6 +431,8 @@ extern zyx_dim3 blockDim, gridDim;
 extern thread_local zyx_dim3 threadIdx, blockIdx;
 extern "C" void zyx_syncthreads();
 extern "C" uint64_t zyx_shuffle_down(uint64_t bits, int offset);
+extern "C" uint64_t zyx_shuffle_xor(uint64_t bits, int mask);
+extern "C" void zyx_warp_gather(const uint32_t* mine, uint32_t* all);
 extern "C" void zyx_run(unsigned grid, unsigned block, void (*body)(void*), void* state);
 #define __global__
 #define __device__
@@ -412,6 +446,14 @@ template <class T> static T __shfl_down_sync(unsigned, T v, int offset) {
   uint64_t bits = 0;
   memcpy(&bits, &v, sizeof(T));
   bits = zyx_shuffle_down(bits, offset);
+  memcpy(&v, &bits, sizeof(T));
+  return v;
+}
+template <class T> static T __shfl_xor_sync(unsigned, T v, int mask) {
+  static_assert(sizeof(T) <= 8, "");
+  uint64_t bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  bits = zyx_shuffle_xor(bits, mask);
   memcpy(&v, &bits, sizeof(T));
   return v;
 }
@@ -451,8 +493,12 @@ static unsigned short zyx_f2h(float f) {
 // The tensor-core helpers of codegen/cuda.py: a fragment is where its 16 x 16 (A) or 8 x 16 (B)
 // tile starts in shared memory, and each lane computes its own four outputs of the product
 // from the whole tiles (every lane wrote its part of them before the barrier before).
+// A fragment of values the lane holds (PACK) keeps its registers (``packed``); the product
+// gathers the whole tile from the warp's lanes.
 #define ZYX_MMA
-struct zyx_frag_a { const unsigned short* tile; long long pitch; bool by_k = false; };
+struct zyx_frag_a {
+  const unsigned short* tile; long long pitch; bool by_k = false; bool packed = false; uint32_t r[4] = {};
+};
 struct zyx_frag_b { const unsigned short* tile; long long pitch; bool by_k = false; };
 template <class F> static unsigned short zyx_at(F f, int row, int k) {
   return f.by_k ? f.tile[k * f.pitch + row] : f.tile[row * f.pitch + k];
@@ -477,14 +523,43 @@ static zyx_frag_b zyx_load_bt(const unsigned short* p, long long pitch) {
 typedef zyx_frag_a zyx_frag_at;
 typedef zyx_frag_b zyx_frag_bt;
 static float zyx_emulated_bf2f(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
+static unsigned short zyx_emulated_f2bf(float f) {  // (codegen/cuda.py's zyx_f2bf)
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+template <unsigned short (*to_bits)(float)>
+static zyx_frag_a zyx_emulated_pack(float x0, float x1, float x2, float x3, float x4, float x5, float x6,
+                                    float x7) {
+  zyx_frag_a f{nullptr, 0, false, true};
+  const float x[8] = {x0, x1, x2, x3, x4, x5, x6, x7};
+  for (int i = 0; i < 4; i++) f.r[i] = to_bits(x[2 * i]) | ((uint32_t)to_bits(x[2 * i + 1]) << 16);
+  return f;
+}
+#define zyx_pack_bf16 zyx_emulated_pack<zyx_emulated_f2bf>
+#define zyx_pack_f16 zyx_emulated_pack<zyx_f2h>
 template <float (*to_float)(unsigned short)>
 static void zyx_emulated_mma(zyx_frag_a a, zyx_frag_b b, float& c0, float& c1, float& c2, float& c3) {
   const int lane = threadIdx.x % 32;
+  // A packed A tile from its lanes' registers (mma.m16n8k16's layout: register i of lane l
+  // holds row l / 4 + 8 (i % 2), k 2 (l % 4) + 8 (i / 2) and the next k).
+  unsigned short packed[16][16];
+  if (a.packed) {
+    uint32_t all[32 * 4];
+    zyx_warp_gather(a.r, all);
+    for (int l = 0; l < 32; l++)
+      for (int i = 0; i < 4; i++) {
+        const int row = l / 4 + 8 * (i % 2), k = 2 * (l % 4) + 8 * (i / 2);
+        packed[row][k] = all[4 * l + i] & 0xffff;
+        packed[row][k + 1] = all[4 * l + i] >> 16;
+      }
+  }
   float* c[4] = {&c0, &c1, &c2, &c3};
   for (int r = 0; r < 4; r++) {
     const int row = lane / 4 + 8 * (r / 2), col = 2 * (lane % 4) + r % 2;
     float sum = 0;
-    for (int k = 0; k < 16; k++) sum += to_float(zyx_at(a, row, k)) * to_float(zyx_at(b, col, k));
+    for (int k = 0; k < 16; k++)
+      sum += to_float(a.packed ? packed[row][k] : zyx_at(a, row, k)) * to_float(zyx_at(b, col, k));
     *c[r] += sum;
   }
 }

@@ -137,6 +137,10 @@ class Language:
     fragment_load: str = ""
     mma: dict[str, str] = field(default_factory=dict)
     mma_prelude: str = ""
+    # ``PACK`` per element dtype ({values}: the eight floats), and ``SHUFFLE``'s exchange of a
+    # register between the lanes of a warp ({x}, {mask}: the other lane is l ^ mask).
+    fragment_pack: dict[str, str] = field(default_factory=dict)
+    shuffle_xor: str = ""
     # BITCAST: per float dtype, its register value's bits as a signed integer of its size ({x})
     # and a register value from such bits ({x}: an integer of that size, any signedness).
     bit_view: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -505,6 +509,16 @@ class CStyleRenderer:
             self.values[i] = f"v{i}"
             self.line(f"const {self.lang.fragment_type.format(kind=kind)} v{i} = "
                       f"{self.lang.fragment_load.format(kind=kind, buf=buf, idx=index, pitch=pitch)};")
+        elif op == "PACK":
+            self.mma_used = True
+            self.values[i] = f"v{i}"
+            values = ", ".join(self.values[s] for s in ins.srcs)
+            self.line(f"const {self.lang.fragment_type.format(kind=ins.arg)} v{i} = "
+                      f"{self.lang.fragment_pack[ins.dtype.name].format(values=values)};")
+        elif op == "SHUFFLE":
+            _how, mask = ins.arg
+            value = self.lang.shuffle_xor.format(x=self.values[ins.srcs[0]], mask=mask)
+            self.values[i] = self.declare(i, ins.dtype, value)
         elif op == "MMA":
             a, b, *accs = (self.values[s] for s in ins.srcs)
             self.line(self.lang.mma[ins.dtype.name].format(a=a, b=b, c0=accs[0], c1=accs[1], c2=accs[2],

@@ -131,6 +131,23 @@ static __device__ __forceinline__ zyx_frag_b zyx_load_bt(const unsigned short* p
   }
 ZYX_MMA_OF(zyx_mma_bf16, "bf16")
 ZYX_MMA_OF(zyx_mma_f16, "f16")
+// An A fragment from eight floats the lane holds (PACK: an MMA's outputs as the next one's
+// input), rounded to nearest even in pairs; the first of each pair in the low half.
+#define ZYX_PACK_OF(name, type) \
+  static __device__ __forceinline__ unsigned int name##_pair(float lo, float hi) { \
+    unsigned int r; \
+    asm("cvt.rn." type "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); \
+    return r; \
+  } \
+  static __device__ __forceinline__ zyx_frag_a name(float x0, float x1, float x2, float x3, float x4, \
+                                                    float x5, float x6, float x7) { \
+    zyx_frag_a f; \
+    f.r[0] = name##_pair(x0, x1); f.r[1] = name##_pair(x2, x3); \
+    f.r[2] = name##_pair(x4, x5); f.r[3] = name##_pair(x6, x7); \
+    return f; \
+  }
+ZYX_PACK_OF(zyx_pack_bf16, "bf16")
+ZYX_PACK_OF(zyx_pack_f16, "f16")
 #endif"""
 
 # __expf: 2 + 1.16 |x| ulp of float (below 2^-16 relative over exp's finite range), far under
@@ -188,6 +205,8 @@ CUDA = Language(
     mma={"bfloat16": "zyx_mma_bf16({a}, {b}, {c0}, {c1}, {c2}, {c3});",
          "float16": "zyx_mma_f16({a}, {b}, {c0}, {c1}, {c2}, {c3});"},
     mma_prelude=_MMA_HELPER,
+    fragment_pack={"bfloat16": "zyx_pack_bf16({values})", "float16": "zyx_pack_f16({values})"},
+    shuffle_xor="__shfl_xor_sync(0xffffffffu, {x}, {mask})",
 )
 
 

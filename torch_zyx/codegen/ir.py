@@ -40,6 +40,11 @@ Tensor-core kernels only (``LoweringOptions.tensor_cores``): a warp's 16 x 8 x 1
                                           fragment of a stored LOCAL, read from ``index`` on
                                           (rows ``pitch`` apart); ``dtype`` the element dtype
   MMA      srcs=(a, b, acc0..acc3)        the accumulators (ACC cells, float) += a @ b
+  PACK     arg="a" srcs=(x0..x7)          an "a" fragment of values the lane holds (floats
+                                          rounded to ``dtype``): x0, x1 its row l / 4 at k
+                                          2 (l % 4) and + 1, x2, x3 row l / 4 + 8 there, x4..x7
+                                          the same at k + 8 (an MMA's outputs, as its next input)
+  SHUFFLE  arg=("xor", m) srcs=(x,)       ``x`` of the warp's lane ``l ^ m`` (every lane takes part)
 """
 
 from __future__ import annotations

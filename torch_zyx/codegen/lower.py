@@ -14,11 +14,13 @@ group-shared memory with barriers; every item reads the result, one item stores.
 
 This module holds the emission of values and reduces and the choice of kernel structure;
 row kernels live in ``lower_rows``, loop order and tiling by memory layout in ``lower_loops``,
-scatter kernels in ``lower_scatter``.
+scatter kernels in ``lower_scatter``, block-tiled matmuls in ``lower_tiles``, fused attention
+in ``lower_attention``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -30,6 +32,7 @@ from ..lazy.panels import DEFAULT_TILE, MatmulTile
 from . import symbolic as sym
 from .index import Index
 from .ir import Instr, LoopKernel
+from .lower_attention import ATTENTION, AttentionLowering, keeps_attention
 from .lower_loops import LoopNestLowering
 from .lower_rows import RowLowering
 from .lower_scatter import ScatterLowering
@@ -116,7 +119,7 @@ def _reduce_size(node: Node, seen: set) -> int:
     return inner
 
 
-class Lowerer(RowLowering, LoopNestLowering, ScatterLowering, BlockTileLowering):
+class Lowerer(RowLowering, LoopNestLowering, ScatterLowering, BlockTileLowering, AttentionLowering):
     def __init__(self, kernel: ScheduledKernel, name: str, buffer_dtypes: list,
                  options: LoweringOptions | None = None):
         self.kernel = kernel
@@ -518,6 +521,12 @@ class Lowerer(RowLowering, LoopNestLowering, ScatterLowering, BlockTileLowering)
             return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, global_size,
                               work=work, bytes=work * kernel.stores[0].value.dtype.itemsize, flops=work)
         values = [s.value for s in kernel.stores]
+        if values[0].op == ATTENTION:
+            groups, items = self.lower_attention()
+            nbytes = sum(s.value.numel * s.value.dtype.itemsize for s in kernel.stores)
+            return LoopKernel(self.name, self.instrs, len(kernel.slots), self.buffer_dtypes, groups,
+                              work=self.flops * groups, bytes=nbytes, flops=self.flops * groups,
+                              group_size=items)
         seen: set = set()
         reduces = any(_has_reduce(v, seen) for v in values)
         numel = math.prod(shape)
@@ -723,6 +732,14 @@ def _clamp(d: Expr, size: int) -> Expr:
         return d
     # A masked lane may compute an out-of-range index; the LOAD's mask guards the access.
     return d
+
+
+def kept_composites(options: LoweringOptions):
+    """The predicate the kernelizer's rewrite takes (``kernelize``'s ``keep``): the composite
+    nodes this device's kernels compute whole (fused attention on tensor cores), or None."""
+    if not options.tensor_cores:
+        return None
+    return functools.partial(keeps_attention, tensor_cores=options.tensor_cores)
 
 
 def lower(kernel: ScheduledKernel, name: str, buffer_dtypes: list,

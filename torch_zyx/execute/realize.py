@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 
-from ..codegen.lower import lower
+from ..codegen.lower import kept_composites, lower
 from ..config import CONFIG, DEBUG_LAUNCHES, DEBUG_PERF, DEBUG_SCHEDULE
 from ..counters import bump
 from ..lazy import graph as g
@@ -73,7 +73,8 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
     bump("kernelizer_runs")
     # Block-tiled matmuls stage their operands in shared memory: no packed panels to read.
     lowering = device.lowering
-    schedule = kernelize(roots, sig, None if lowering.block_tiles else lowering.matmul_tile)
+    schedule = kernelize(roots, sig, None if lowering.block_tiles else lowering.matmul_tile,
+                         kept_composites(lowering))
     programs, kernels_ir = [], []
     for k_index, kernel in enumerate(schedule.kernels):
         dtypes_ = []

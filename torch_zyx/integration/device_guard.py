@@ -115,6 +115,7 @@ def install() -> bool:
         library.zyx_set_synchronize(_SYNCHRONIZE)
     if _state["hooks"]:
         library.zyx_set_pool_callback(_POOLS)
+        library.zyx_set_attention_callback(_ATTENTION)
     return _state["native"]
 
 
@@ -157,7 +158,25 @@ def _pools(request: int, values, message, capacity: int) -> int:
     return 0
 
 
+def _attention_dtypes(device: int) -> int:
+    """The dtypes zyx device ``device`` runs scaled_dot_product_attention for as one fused kernel
+    (bit 0 half, bit 1 bfloat16: its tensor-core dtypes), asked by device_hooks.cpp's choice of
+    SDPA backend once per device; 0 (the math form) when there is no such device."""
+    from ..execute import contexts
+
+    try:
+        devices = contexts.devices()
+        tensor_cores = devices[device].lowering.tensor_cores if device < len(devices) else ()
+    except Exception:  # (no exception may cross ctypes: the math form then)
+        log.exception("zyx: the fused attention check failed; scaled_dot_product_attention takes its "
+                      "math form")
+        return 0
+    return int("float16" in tensor_cores) | 2 * int("bfloat16" in tensor_cores)
+
+
 # Kept alive for the process's life: the C++ guard and allocator hold their addresses.
 _SYNCHRONIZE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)(_synchronize)
 _POOLS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
                           ctypes.c_int)(_pools)
+# (Looked up at each call: a test may answer for a device that has no fused kernel.)
+_ATTENTION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda device: _attention_dtypes(device))

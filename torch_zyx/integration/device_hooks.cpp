@@ -21,12 +21,20 @@
 // (memory_allocated, memory_stats, empty_cache, reset_peak_memory_stats, get_memory_info) ask:
 // its statistics are those of zyx's pools (torch.zyx.memory_allocated() and friends), read
 // through a callback that device_guard.py sets.
+// Also the device's choice of scaled_dot_product_attention kernel (ATen's _fused_sdp_choice
+// stub, which PyTorch asks per call before it decomposes the op into its math form): the fused
+// "overrideable" op (torch_zyx/ops/nn/attention.py, one fused kernel where the device has one)
+// for calls that kernel takes, the math form otherwise. Which dtypes a zyx device fuses comes
+// from a callback that device_guard.py sets, asked once per device.
 
+#include <ATen/Context.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/Functions.h>
+#include <ATen/native/transformers/attention.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/GeneratorImpl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -223,3 +231,61 @@ extern "C" int zyx_register_hooks() {
 
 // The callback answering for zyx's pools (device_guard.py keeps the ctypes object alive).
 extern "C" void zyx_set_pool_callback(PoolCallback callback) { pool_callback = callback; }
+
+// ------------------------------------------------------------------------ attention choice
+namespace {
+// sdp::SDPBackend's values (torch/nn/attention: MATH 0, OVERRIDEABLE 4).
+constexpr int64_t kMathSDP = 0;
+constexpr int64_t kOverrideableSDP = 4;
+constexpr int kMaxDevices = 64;
+// Per device: the dtypes its fused attention takes (bit 0 half, bit 1 bfloat16), -1 not asked.
+using AttentionCallback = int (*)(int device);
+AttentionCallback attention_callback = nullptr;
+std::atomic<int> attention_dtypes[kMaxDevices];
+std::once_flag attention_init;
+
+int fused_dtypes(int device) {
+  std::call_once(attention_init, [] {
+    for (auto& mask : attention_dtypes) mask.store(-1);
+  });
+  if (device < 0 || device >= kMaxDevices || attention_callback == nullptr) return 0;
+  int mask = attention_dtypes[device].load();
+  if (mask < 0) {
+    mask = attention_callback(device);
+    attention_dtypes[device].store(mask);
+  }
+  return mask;
+}
+
+bool head_fits(int64_t size) { return size >= 16 && size <= 128 && size % 16 == 0; }
+
+// What ops/nn/attention.py's fused op and codegen/lower_attention.py's kernel take: equal batch
+// and head dims (no grouped-query broadcast), no mask, no dropout, half or bfloat16 on a device
+// that fuses it, head sizes multiples of 16 up to 128, and the user allowing this backend
+// (torch.nn.attention.sdpa_kernel).
+int64_t zyx_fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                             const std::optional<at::Tensor>& attn_mask, double dropout_p, bool /*is_causal*/,
+                             std::optional<double> /*scale*/, bool /*enable_gqa*/) {
+  if (!at::globalContext().userEnabledOverrideableSDP()) return kMathSDP;
+  if ((attn_mask.has_value() && attn_mask->defined()) || dropout_p > 0.0) return kMathSDP;
+  if (query.dim() < 3 || key.dim() != query.dim() || value.dim() != query.dim()) return kMathSDP;
+  const int64_t d = query.dim();
+  for (int64_t i = 0; i < d - 2; ++i) {
+    if (key.size(i) != query.size(i) || value.size(i) != query.size(i)) return kMathSDP;
+  }
+  if (key.size(d - 2) != value.size(d - 2) || key.size(d - 1) != query.size(d - 1)) return kMathSDP;
+  if (query.size(d - 2) == 0 || key.size(d - 2) == 0) return kMathSDP;
+  if (!head_fits(query.size(d - 1)) || !head_fits(value.size(d - 1))) return kMathSDP;
+  const auto dtype = query.scalar_type();
+  if (key.scalar_type() != dtype || value.scalar_type() != dtype) return kMathSDP;
+  const int bit = dtype == at::kHalf ? 1 : dtype == at::kBFloat16 ? 2 : 0;
+  if (bit == 0 || !(fused_dtypes(query.device().index()) & bit)) return kMathSDP;
+  return kOverrideableSDP;
+}
+}  // namespace
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &zyx_fused_sdp_choice)
+}  // namespace at::native
+
+extern "C" void zyx_set_attention_callback(AttentionCallback callback) { attention_callback = callback; }

@@ -20,17 +20,27 @@ literals of the code (only values fixed by the shape, like 1 / count, may be mad
               x, eps and the result in the accumulation dtype, eps of the statistics' shape.
               The three outputs of one call expand to one shared graph (hash-consing).
   SOFTMAX     srcs (x,), arg (dim, log): softmax or log-softmax of x (a float dtype, rank >= 1)
+  ATTENTION   srcs (q, k, v, scale), arg (causal, output): scaled dot-product attention of
+              q [..., L, D], k [..., S, D], v [..., S, Dv] (one float dtype; equal batch dims),
+              ``scale`` a float32 scalar; output 0 the attention [..., L, Dv] in q's dtype, 1
+              the log-sum-exp of each row's scaled scores [..., L] in float32. ``causal``: key
+              j is masked for query i when j > i (the top-left triangle, as PyTorch's
+              ``is_causal``). Devices with a fused attention kernel keep it whole
+              (``keeps_attention``; codegen/lower_attention.py), others expand it: scores,
+              softmax and the product as matmul-shaped reduces and a row softmax.
 """
 
 from __future__ import annotations
 
 import math
 
+from .. import dtypes
 from . import graph as g
 from .graph import Node
 
 LAYER_NORM = "LAYER_NORM"
 SOFTMAX = "SOFTMAX"
+ATTENTION = "ATTENTION"
 
 
 class NormShapes:
@@ -138,10 +148,61 @@ def _expand_softmax(node: Node) -> Node:
     return softmax_parts(node.srcs[0], dim, bool(log))
 
 
-_EXPANSIONS = {LAYER_NORM: _expand_layer_norm, SOFTMAX: _expand_softmax}
+def attention(q: Node, k: Node, v: Node, scale: Node, causal: bool, output: int = 0) -> Node:
+    """One ``ATTENTION`` node: the attention (``output`` 0) or its rows' log-sum-exp (1)."""
+    if output == 0:
+        return Node(ATTENTION, (int(causal), 0), (q, k, v, scale), q.dtype, q.shape[:-1] + v.shape[-1:])
+    return Node(ATTENTION, (int(causal), 1), (q, k, v, scale), dtypes.float32, q.shape[:-1])
 
 
-def expand(node: Node) -> Node:
-    """``node`` with a composite replaced by its primitives (a graph rewrite's function)."""
+def attention_parts(q: Node, k: Node, v: Node, scale: Node, causal: bool) -> tuple[Node, Node]:
+    """Attention and its rows' log-sum-exp as primitives (in float32 for half inputs): the
+    scores ``q k^T`` scaled and masked, the row maximum shifted out before the exponentials,
+    their product with ``v`` divided by the row sums at the end (one multiply per output
+    rather than one per score)."""
+    acc = dtypes.float32 if q.dtype.itemsize < 4 else q.dtype
+    *batch, length, depth = q.shape
+    keys, depth_v = k.shape[-2], v.shape[-1]
+    batch = tuple(batch)
+    nd = len(batch)
+    scores_shape = batch + (length, keys)
+    wide = batch + (length, keys, depth)
+    q3 = g.expand(g.reshape(g.cast(q, acc), batch + (length, 1, depth)), wide)
+    k3 = g.expand(g.reshape(g.cast(k, acc), batch + (1, keys, depth)), wide)
+    scores = g.reshape(g.reduce("sum", g.binary("mul", q3, k3), (nd + 2,)), scores_shape)
+    scale = g.expand(g.reshape(g.cast(scale, acc), (1,) * len(scores_shape)), scores_shape)
+    scores = g.binary("mul", scores, scale)
+    if causal:
+        row = g.expand(g.reshape(g.iota((length,)), (length, 1)), (length, keys))
+        col = g.expand(g.reshape(g.iota((keys,)), (1, keys)), (length, keys))
+        keep = g.expand(g.reshape(g.binary("le", col, row), (1,) * nd + (length, keys)), scores_shape)
+        scores = g.where(keep, scores, g.const(float("-inf"), acc, scores_shape))
+    m = g.reduce("max", scores, (nd + 1,))
+    m = g.where(g.finite(m), m, g.const(0.0, acc, m.shape))
+    e = g.unary("exp", g.binary("sub", scores, g.expand(m, scores_shape)))
+    total = g.reduce("sum", e, (nd + 1,))
+    wide_v = batch + (length, depth_v, keys)
+    e3 = g.expand(g.reshape(e, batch + (length, 1, keys)), wide_v)
+    vt = g.permute(g.cast(v, acc), tuple(range(nd)) + (nd + 1, nd))
+    v3 = g.expand(g.reshape(vt, batch + (1, depth_v, keys)), wide_v)
+    weighted = g.reshape(g.reduce("sum", g.binary("mul", e3, v3), (nd + 2,)), batch + (length, depth_v))
+    out = g.binary("mul", weighted, g.expand(g.unary("recip", total), weighted.shape))
+    lse = g.reshape(g.binary("add", g.unary("log", total), m), batch + (length,))
+    return g.cast(out, q.dtype), g.cast(lse, dtypes.float32)
+
+
+def _expand_attention(node: Node) -> Node:
+    causal, output = node.arg
+    return attention_parts(*node.srcs, bool(causal))[output]
+
+
+_EXPANSIONS = {LAYER_NORM: _expand_layer_norm, SOFTMAX: _expand_softmax, ATTENTION: _expand_attention}
+
+
+def expand(node: Node, keep=None) -> Node:
+    """``node`` with a composite replaced by its primitives (a graph rewrite's function), unless
+    ``keep`` (the device's choice) says that its kernel computes it whole."""
     expansion = _EXPANSIONS.get(node.op)
-    return node if expansion is None else expansion(node)
+    if expansion is None or (keep is not None and keep(node)):
+        return node
+    return expansion(node)

@@ -31,7 +31,10 @@ Fusion rules (DESIGN.md "Kernelizer", after seeds/003 ``Kernelizer`` and seeds/0
     (values after row reduces are duplicated: the row reduce runs once per row anyway);
   * kernels with the same iteration space and no dependency between them merge into one
     kernel that stores several outputs (up to MAX_MERGED_STORES);
-  * large matmuls read their operands from panel copies (``panels.py``), stored first.
+  * large matmuls read their operands from panel copies (``panels.py``), stored first;
+  * an attention node a device computes whole (composite.ATTENTION, kept by the rewrite) is a
+    kernel of its own: its operands fuse into it as a reduce's do (movement and elementwise
+    work read in place), and its two outputs (the attention, the log-sum-exp) share it.
 """
 
 from __future__ import annotations
@@ -266,6 +269,12 @@ class Kernelizer:
                 for src in srcs[1:]:
                     if self._has_reduce(src):
                         self._mark_store(src)
+            elif node.op == composite.ATTENTION:
+                # (Its kernel reads each operand element once per block: a reduce under one
+                # would run per element read.)
+                for src in srcs:
+                    if self._has_reduce(src):
+                        self._mark_store(src)
             elif node.op in g.ELEMENTWISE:
                 rows = {}
                 for src in srcs:
@@ -289,7 +298,7 @@ class Kernelizer:
                         and not all(r is not None and r.op == "EXPAND" and self._row_split(r)
                                     for r in self.non_elementwise_readers[id(src)])):
                     self._mark_store(src)
-            if node.op in _WRITES:
+            if node.op in _WRITES or node.op == composite.ATTENTION:
                 self._mark_store(node)
             self._summarize(node, row_split)
             own = 1 if node.op in g.ELEMENTWISE or node.op in ("REDUCE", "RANDOM") else 0
@@ -344,6 +353,7 @@ class Kernelizer:
         temps: list[tuple] = []
         producer: dict[int, int] = {}  # temp → kernel index that last wrote it
         kernels: list[ScheduledKernel] = []
+        attention_kernels: dict[tuple, int] = {}  # (sources, causal) → its kernel's index
         random_pos: dict[int, int] = {}
         ri = 0
         for node in self.sig.order:  # parameter positions follow the signature's order
@@ -405,6 +415,8 @@ class Kernelizer:
                 for k_index in range(len(kernels) - 1, -1, -1):
                     other = kernels[k_index]
                     if (other.stores[0].view is None and other.shape == kernel.shape
+                            and composite.ATTENTION not in (other.stores[0].value.op,
+                                                            kernel.stores[0].value.op)
                             and len(other.stores) + len(kernel.stores) <= MAX_MERGED_STORES
                             and all(d < k_index for d in kernel.depends) and k_index not in kernel.depends
                             and not _writes_loaded(other, kernel)
@@ -441,7 +453,17 @@ class Kernelizer:
             temp = len(temps)
             temps.append((node.dtype, node.numel))
             temp_of[id(node)] = temp
-            emit(new_kernel([(temp, node, None)], self.fusion_of(node)), merge=True)
+            kernel = new_kernel([(temp, node, None)], self.fusion_of(node))
+            if node.op == composite.ATTENTION:
+                # The other output of the same attention joins its kernel (one pass computes both).
+                call = (node.srcs, node.arg[0])
+                if call in attention_kernels:
+                    k_index = attention_kernels[call]
+                    _merge_into(kernels[k_index], kernel)
+                    producer[temp] = k_index
+                    continue
+                attention_kernels[call] = len(kernels)
+            emit(kernel, merge=True)
 
         root_temps = []
         for root in self.roots:
@@ -532,17 +554,18 @@ def _split_reduce(node: Node) -> Node:
     return g.reshape(total, node.shape)
 
 
-def rewrite(roots: list[Node]) -> list[Node]:
+def rewrite(roots: list[Node], keep=None) -> list[Node]:
     """The graph rewrites applied before kernelizing: composites expanded into primitives
-    (lazy/composite.py), then large reduces split (each a pass, sources before users; the
-    second sees the reduces the first made)."""
-    roots = g.rewrite_bottom_up(roots, composite.expand)
+    (lazy/composite.py) unless ``keep`` (the device's choice) keeps one whole, then large reduces
+    split (each a pass, sources before users; the second sees the reduces the first made)."""
+    roots = g.rewrite_bottom_up(roots, lambda node: composite.expand(node, keep))
     return g.rewrite_bottom_up(roots, lambda node: _split_reduce(node) if node.op == "REDUCE" else node)
 
 
 def kernelize(roots: list[Node], signature: GraphSignature,
-              tile: MatmulTile | None = DEFAULT_TILE) -> Schedule:
+              tile: MatmulTile | None = DEFAULT_TILE, keep=None) -> Schedule:
     """The kernels of the graph ``roots`` for a device whose matmul register tile is ``tile``
-    (None: matmul operands are read in place, never packed)."""
-    roots, pinned = pack_matmul_operands(rewrite(roots), tile)
+    (None: matmul operands are read in place, never packed) and that computes the composite
+    nodes ``keep`` accepts whole."""
+    roots, pinned = pack_matmul_operands(rewrite(roots, keep), tile)
     return Kernelizer(roots, signature, pinned).build()

@@ -25,6 +25,7 @@ from .indexing import index, scatter, search, sort  # noqa: F401
 from .linalg import dense, ldl, matmul, spectral  # noqa: F401
 from .math import cephes, combine, elementwise, igamma, polynomials, reduce, scan, special  # noqa: F401
 from .nn import (  # noqa: F401
+    attention,
     conv,
     ctc,
     distance,

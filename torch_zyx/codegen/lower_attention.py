@@ -1,0 +1,317 @@
+"""Lowering of fused attention kernels: scaled dot-product attention with an online softmax on
+tensor cores, no score matrix in memory.
+
+A kernel that stores an ``ATTENTION`` composite (lazy/composite.py: the attention ``[..., L,
+Dv]`` and, when stored too, its rows' log-sum-exp ``[..., L]``; the kernelizer keeps the node
+whole where ``keeps_attention`` says so) runs one work group per block of ``bm`` query rows of
+one batch entry, ``bm / 16`` warps of 16 rows each. The group stages its query block in shared
+memory once, and each warp keeps its rows' fragments of it in registers. Then, per block of
+``bn`` keys (two shared stages, as in lower_tiles: the next block is loaded into registers
+while this one's products run, one barrier per step):
+
+  scores  S = Q K^T on the tensor cores (16 x 8 tiles, float accumulators: lane l holds rows
+          l / 4 and l / 4 + 8, columns 2 (l % 4) and + 1 of each), scaled by ``scale * log2 e``
+          and masked (keys past the end, and for causal attention keys after the query);
+  softmax each row's running maximum m (the four lanes of a row exchange theirs with warp
+          shuffles), p = 2^(S - m), the running sum l and the output rescaled by 2^(m_old - m);
+  output  O += P V on the tensor cores: the lane's outputs of two neighbouring score tiles are
+          exactly its part of the A fragment of the product with the next 16 keys (``PACK``).
+
+At the end each lane's partial row sums are added across its row's lanes, the outputs divided
+by them and stored, and the log-sum-exp (m + log2 l, in natural units) stored by the first lane
+of each row. Causal groups skip the key blocks wholly after their last query row. Half and
+bfloat16 inputs (``LoweringOptions.tensor_cores``), head sizes that are multiples of 16 up to
+``MAX_HEAD``.
+
+A mixin of ``lower.Lowerer``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .. import dtypes
+from ..lazy.graph import Node
+from ..lazy.panels import read_stride
+from . import symbolic as sym
+from .index import Index
+from .lower_tiles import _PackedBlock
+from .symbolic import Expr
+
+ATTENTION = "ATTENTION"
+# Query rows per work group (16 per warp) and keys per step.
+BLOCK_ROWS = 64
+BLOCK_KEYS = 64
+# Head sizes (D and Dv) the fused kernel takes: the outputs (Dv / 8 x 4 floats a lane) and the
+# query fragments (D / 16 x 4 registers) stay in registers.
+MAX_HEAD = 128
+
+
+def keeps_attention(node: Node, tensor_cores: tuple[str, ...]) -> bool:
+    """Whether a device with tensor-core products of ``tensor_cores`` runs the ``ATTENTION``
+    node ``node`` as one fused kernel (else the kernelizer expands it)."""
+    if node.op != ATTENTION:
+        return False
+    q, k, v, _scale = node.srcs
+    heads = (q.shape[-1], v.shape[-1])
+    return (q.dtype.name in tensor_cores and k.dtype is q.dtype and v.dtype is q.dtype
+            and all(h % 16 == 0 and 16 <= h <= MAX_HEAD for h in heads)
+            and q.shape[-2] > 0 and k.shape[-2] > 0)
+
+
+class _Shape(NamedTuple):
+    """What a packed block reads of its lowering's tile: k per block and the group's items."""
+
+    bk: int
+    items: int
+
+
+class _HeadBlock(_PackedBlock):
+    """A block of one attention operand (``[..., rows, columns]``) held as stored in shared
+    memory: ``width`` rows or columns from ``start`` (the ``position`` axis) by ``bk`` along the
+    other axis (the products' k), from ``k_start`` on."""
+
+    def __init__(self, lowerer, operand: Node, width: int, bk: int, items: int, batch_dims: list[Expr],
+                 position_axis: int, stages: int):
+        self.lowerer, self.operand, self.tile = lowerer, operand, _Shape(bk, items)
+        self.width, self.batch_dims = width, batch_dims
+        nd = len(operand.shape)
+        self.axis, self.k_axis = position_axis, (nd - 1 if position_axis == nd - 2 else nd - 2)
+        self.extent, self.k_extent = operand.shape[self.axis], operand.shape[self.k_axis]
+        # As in lower_tiles: held position by position where the operand is contiguous along k.
+        self.along_k = read_stride(operand, self.k_axis) == 1 or read_stride(operand, self.axis) != 1
+        self.stages = stages
+        self.start: Expr = sym.Num(0)
+        self.k_start: Expr = sym.Num(0)
+        self.shared = self.allocate()
+
+    def allocate(self) -> int:
+        pad = 8  # (lower_tiles._PACKED_PAD: rows 16 bytes apart modulo the banks)
+        self.pitch = (self.tile.bk if self.along_k else self.width) + pad
+        self.size = (self.width if self.along_k else self.tile.bk) * self.pitch
+        return self.lowerer.add("LOCAL", self.operand.dtype, (), (self.stages * self.size, "stored"),
+                                pure=False)
+
+    def value(self, position: Expr, k_step: Expr, kk: Expr) -> int:
+        """The operand at ``position`` (from ``start``) and ``kk`` (from ``k_start``), zero
+        outside it."""
+        low, operand = self.lowerer, self.operand
+        at, k = sym.add(self.start, position), sym.add(self.k_start, kk)
+        bounds = [sym.lt(at, self.extent), sym.lt(k, self.k_extent)]
+        valid = sym.and_(*bounds)
+        dims = [*self.batch_dims, sym.Num(0), sym.Num(0)]
+        dims[self.axis], dims[self.k_axis] = at, k
+        (value,) = low.emit(operand, [Index(operand.shape, tuple(dims), valid=valid)])
+        if valid.key != sym.TRUE.key:
+            value = low.add("WHERE", operand.dtype, (low.index(valid), value, low.const(0, operand.dtype)))
+        return value
+
+
+class AttentionLowering:
+    """Fused attention kernels for ``lower.Lowerer`` (emission and loop helpers there)."""
+
+    def lower_attention(self) -> tuple[int, int]:
+        """(work groups, items per group) of the kernel storing the ``ATTENTION`` outputs
+        (module docstring)."""
+        stores = {store.value.arg[1]: store for store in self.kernel.stores}
+        node = self.kernel.stores[0].value
+        causal = bool(node.arg[0])
+        q, k, v, scale = node.srcs
+        *batch_shape, length, depth = q.shape
+        keys, depth_v = k.shape[-2], v.shape[-1]
+        nd = len(q.shape)
+        bm, bn, warps = BLOCK_ROWS, BLOCK_KEYS, BLOCK_ROWS // 16
+        items = 32 * warps
+        m_blocks, steps = -(-length // bm), -(-keys // bn)
+        groups = math.prod(batch_shape) * m_blocks
+        self.group, self.items_store = items, True
+        f32 = dtypes.float32
+        var = sym.Var("gidx", 0, groups - 1)
+        rng = self.open_range(var, "start", "end")
+        self.lid = sym.Var("lid", 0, items - 1)
+        self.add("SPECIAL", dtypes.int64, (), (self.lid.name, "lid"), pure=False)
+        m_block = self.define("mblk", sym.mod(var, m_blocks), m_blocks)
+        batch_dims: list[Expr] = []
+        inner = m_blocks
+        for size in reversed(batch_shape):
+            batch_dims.insert(0, sym.mod(sym.div(var, inner), size) if size > 1 else sym.Num(0))
+            inner *= size
+        lane, warp = sym.mod(self.lid, 32), sym.div(self.lid, 32)
+        group = self.define("lgrp", sym.div(lane, 4), 8)
+        pair = self.define("lpair", sym.mul(sym.mod(lane, 4), 2), 7)
+        m0 = sym.mul(m_block, bm)
+        row0 = sym.mul(warp, 16)
+        # The lane's two query rows (h = 0, 1) in the whole sequence.
+        rows = [sym.add(m0, sym.add(row0, sym.add(group, sym.Num(8 * h)))) for h in range(2)]
+
+        # The query block, once; each warp's fragments of its 16 rows stay in registers.
+        q_block = _HeadBlock(self, q, bm, depth, items, batch_dims, nd - 2, stages=1)
+        q_block.start = m0
+        q_block.store(q_block.load(sym.Num(0)), sym.Num(0))
+        self.add("BARRIER", None, (), pure=False)
+        q_fragments = [q_block.fragment("a", sym.add(row0, group), sym.add(pair, sym.Num(k16)), sym.Num(0))
+                       for k16 in range(0, depth, 16)]
+
+        (scale_value,) = self.emit(scale, [Index(scale.shape, ())])
+        scale_value = self.add("CAST", f32, (scale_value,))
+        log2e = self.add("ALU", f32, (scale_value, self.const(math.log2(math.e), f32)), "mul")
+        zero, minus_inf = self.const(0.0, f32), self.const(float("-inf"), f32)
+        row_max = [self.add("ACC", f32, (), float("-inf"), pure=False) for _ in range(2)]
+        row_sum = [self.add("ACC", f32, (), 0.0, pure=False) for _ in range(2)]
+        outs = [[self.add("ACC", f32, (), 0.0, pure=False) for _ in range(4)] for _ in range(depth_v // 8)]
+        scores = [[self.add("ACC", f32, (), 0.0, pure=False) for _ in range(4)] for _ in range(bn // 8)]
+
+        k_block = _HeadBlock(self, k, bn, depth, items, batch_dims, nd - 2, stages=2)
+        v_block = _HeadBlock(self, v, depth_v, bn, items, batch_dims, nd - 1, stages=2)
+
+        def at_step(step: Expr) -> None:
+            k_block.start, v_block.k_start = sym.mul(step, bn), sym.mul(step, bn)
+
+        def needed(step: Expr) -> int | None:
+            """An IF around a causal group's steps: the block's first key up to its last row."""
+            if not causal:
+                return None
+            return self.open_if(sym.lt(sym.add(sym.mul(step, bn), sym.mul(m0, -1)), bm))
+
+        def step_products(step: Expr, stage: Expr) -> None:
+            self.attention_step(step, stage, causal, keys, bn, rows, group, pair, q_block, k_block,
+                                v_block, q_fragments, scores, outs, row_max, row_sum, log2e, zero, minus_inf)
+
+        at_step(sym.Num(0))
+        for blk in (k_block, v_block):
+            blk.store(blk.load(sym.Num(0)), sym.Num(0))
+        self.add("BARRIER", None, (), pure=False)
+        if steps > 1:
+            step = self.new_var(steps - 1)
+            k_range = self.open_range(step, 0, steps - 1)
+            guard = needed(step)
+            at_step(sym.add(step, sym.Num(1)))
+            following = [blk.load(sym.Num(0)) for blk in (k_block, v_block)]
+            at_step(step)
+            step_products(step, sym.mod(step, 2))
+            for blk, values in zip((k_block, v_block), following):
+                blk.store(values, sym.mod(sym.add(step, sym.Num(1)), 2))
+            self.add("BARRIER", None, (), pure=False)
+            if guard is not None:
+                self.close_if(guard)
+            self.close_range(k_range)
+        last = sym.Num(steps - 1)
+        guard = needed(last)
+        at_step(last)
+        step_products(last, sym.Num((steps - 1) % 2))
+        if guard is not None:
+            self.close_if(guard)
+
+        # Row sums over the row's four lanes, then the outputs and the log-sum-exp.
+        totals = []
+        for h in range(2):
+            total = self.add("ACC_GET", f32, (row_sum[h],), pure=False)
+            for mask in (1, 2):
+                other = self.add("SHUFFLE", f32, (total,), ("xor", mask))
+                total = self.add("ALU", f32, (total, other), "add")
+            totals.append(total)
+        out_shape = q.shape[:-1] + (depth_v,)
+        if 0 in stores:
+            target = self.add("BUF", node.dtype, (), self.kernel.slots.index(("tmp", stores[0].target)))
+            inverse = [self.add("ALU", f32, (total,), "recip") for total in totals]
+            for u, tile_outs in enumerate(outs):
+                for r, acc in enumerate(tile_outs):
+                    row, col = rows[r // 2], sym.add(pair, sym.Num(8 * u + r % 2))
+                    value = self.add("ACC_GET", f32, (acc,), pure=False)
+                    value = self.add("ALU", f32, (value, inverse[r // 2]), "mul")
+                    value = self.add("CAST", node.dtype, (value,))
+                    position = Index(out_shape, (*batch_dims, row, col)).linear
+                    guard = self.open_if(sym.lt(row, length)) if length % bm else None
+                    self.add("STORE", None, (target, self.index(position), value), pure=False)
+                    if guard is not None:
+                        self.close_if(guard)
+        if 1 in stores:
+            target = self.add("BUF", f32, (), self.kernel.slots.index(("tmp", stores[1].target)))
+            ln2 = self.const(math.log(2.0), f32)
+            for h in range(2):
+                m = self.add("ACC_GET", f32, (row_max[h],), pure=False)
+                m = self.add("WHERE", f32, (self.add("ALU", dtypes.bool_, (m, minus_inf), "eq"), zero, m))
+                lse = self.add("ALU", f32, (m, self.add("ALU", f32, (totals[h],), "log2")), "add")
+                lse = self.add("ALU", f32, (lse, ln2), "mul")
+                position = Index(q.shape[:-1], (*batch_dims, rows[h])).linear
+                first = sym.lt(pair, 1)
+                guard = self.open_if(sym.and_(first, sym.lt(rows[h], length)) if length % bm else first)
+                self.add("STORE", None, (target, self.index(position), lse), pure=False)
+                self.close_if(guard)
+        self.close_range(rng)
+        batch = math.prod(batch_shape)
+        self.flops = 2 * batch * length * keys * (depth + depth_v) // (2 if causal else 1) // groups
+        return groups, items
+
+    def attention_step(self, step: Expr, stage: Expr, causal: bool, keys: int, bn: int, rows: list[Expr],
+                       group: Expr, pair: Expr, q_block: _HeadBlock, k_block: _HeadBlock, v_block: _HeadBlock,
+                       q_fragments: list[int], scores: list, outs: list, row_max: list, row_sum: list,
+                       log2e: int, zero: int, minus_inf: int) -> None:
+        """One block of keys: its scores, the online softmax's update and its product with V."""
+        f32, bool_ = dtypes.float32, dtypes.bool_
+        mma_dtype = q_block.operand.dtype
+        for tile_accs in scores:
+            for acc in tile_accs:
+                self.add("ACC_SET", None, (acc, zero), pure=False)
+        for kq, q_fragment in enumerate(q_fragments):
+            kk = sym.add(pair, sym.Num(16 * kq))
+            for t, tile_accs in enumerate(scores):
+                k_fragment = k_block.fragment("b", sym.add(group, sym.Num(8 * t)), kk, stage)
+                self.add("MMA", mma_dtype, (q_fragment, k_fragment, *tile_accs), pure=False)
+        # Scaled (log2 units) and masked scores, by tile and output r of the tile.
+        first_key = sym.mul(step, bn)
+        values = []
+        for t, tile_accs in enumerate(scores):
+            tile_values = []
+            for r, acc in enumerate(tile_accs):
+                x = self.add("ALU", f32, (self.add("ACC_GET", f32, (acc,), pure=False), log2e), "mul")
+                key = sym.add(first_key, sym.add(pair, sym.Num(8 * t + r % 2)))
+                bounds = ([sym.lt(key, keys)] if keys % bn else []) + \
+                    ([sym.lt(sym.add(key, sym.mul(rows[r // 2], -1)), 1)] if causal else [])
+                if bounds:
+                    x = self.add("WHERE", f32, (self.index(sym.and_(*bounds)), x, minus_inf))
+                tile_values.append(x)
+            values.append(tile_values)
+        corrections, shifts = [], []
+        for h in range(2):
+            mine = [tile_values[r] for tile_values in values for r in (2 * h, 2 * h + 1)]
+            top = mine[0]
+            for x in mine[1:]:
+                top = self.add("ALU", f32, (top, x), "max")
+            for mask in (1, 2):
+                top = self.add("ALU", f32, (top, self.add("SHUFFLE", f32, (top,), ("xor", mask))), "max")
+            old = self.add("ACC_GET", f32, (row_max[h],), pure=False)
+            new = self.add("ALU", f32, (old, top), "max")
+            self.add("ACC_SET", None, (row_max[h], new), pure=False)
+            # A row with every key so far masked shifts by 0 (its exponentials are 0 either way).
+            shift = self.add("WHERE", f32, (self.add("ALU", bool_, (new, minus_inf), "eq"), zero, new))
+            shifts.append(shift)
+            corrections.append(self.add("ALU", f32, (self.add("ALU", f32, (old, shift), "sub"),), "exp2"))
+        partial = [None, None]
+        probabilities = []
+        for tile_values in values:
+            tile_p = []
+            for r, x in enumerate(tile_values):
+                p = self.add("ALU", f32, (self.add("ALU", f32, (x, shifts[r // 2]), "sub"),), "exp2")
+                h = r // 2
+                partial[h] = p if partial[h] is None else self.add("ALU", f32, (partial[h], p), "add")
+                tile_p.append(p)
+            probabilities.append(tile_p)
+        for h in range(2):
+            total = self.add("ACC_GET", f32, (row_sum[h],), pure=False)
+            total = self.add("ALU", f32, (total, corrections[h]), "mul")
+            total = self.add("ALU", f32, (total, partial[h]), "add")
+            self.add("ACC_SET", None, (row_sum[h], total), pure=False)
+        for tile_outs in outs:
+            for r, acc in enumerate(tile_outs):
+                value = self.add("ACC_GET", f32, (acc,), pure=False)
+                value = self.add("ALU", f32, (value, corrections[r // 2]), "mul")
+                self.add("ACC_SET", None, (acc, value), pure=False)
+        for c in range(bn // 16):
+            low_tile, high_tile = probabilities[2 * c], probabilities[2 * c + 1]
+            p_fragment = self.add("PACK", mma_dtype, (*low_tile, *high_tile), "a", pure=False)
+            kk = sym.add(pair, sym.Num(16 * c))
+            for u, tile_outs in enumerate(outs):
+                v_fragment = v_block.fragment("b", sym.add(group, sym.Num(8 * u)), kk, stage)
+                self.add("MMA", mma_dtype, (p_fragment, v_fragment, *tile_outs), pure=False)
