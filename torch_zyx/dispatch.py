@@ -24,16 +24,17 @@ from torch.utils._pytree import tree_map
 
 from .config import CONFIG
 from .counters import bump
-from .ops import argument_checks, registry, unsigned
+from .ops import argument_checks, complex, registry, unsigned
 from .record import overlap, random
 from .record.pending import defer_error, reraise_deferred
 from .record.tensor import ZyxTensor, read, set_dispatcher, wrap, write
-from .record.transfer import from_cpu, to_cpu
+from .record.transfer import complex_seen, from_cpu, to_cpu
 
 log = logging.getLogger("torch_zyx")
 aten = torch.ops.aten
 _LOWERING_OF = registry.LOWERINGS.by_name  # overload._name → lowering (see registry.LoweringTable)
 _PAIR_OF = registry.LOWERINGS.pairs  # overload._name → its lowering's two-operand form
+_COMPLEX_OF = complex.COMPLEX.by_name  # the lowerings of ops involving complex values (ops/complex/)
 _warned: set[str] = set()
 
 # Ops whose decomposition is worse than the CPU (none yet) or wrong for us are skipped here.
@@ -107,6 +108,8 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     (every recorded op goes through here, one Python call less per op)."""
     if unsigned.SEEN[0]:
         unsigned.check(func, args, kwargs)
+    if complex_seen[0] and complex.involved(args, kwargs):
+        return _dispatch_complex(func, args, kwargs or {})
     if not kwargs and len(args) == 2:
         pair = _PAIR_OF.get(func._name)
         if pair is not None:
@@ -127,6 +130,8 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
 def dispatch(func, args, kwargs):
     if unsigned.SEEN[0]:
         unsigned.check(func, args, kwargs)
+    if complex_seen[0] and complex.involved(args, kwargs):
+        return _dispatch_complex(func, args, kwargs)
     lowering = _LOWERING_OF.get(func._name)
     if lowering is not None:
         try:
@@ -136,8 +141,27 @@ def dispatch(func, args, kwargs):
     return _dispatch_unlowered(func, args, kwargs)
 
 
+def _dispatch_complex(func, args, kwargs):
+    """``dispatch`` for an op involving complex values: their own lowering (ops/complex/), else
+    steps 2-4 (a decomposition's ops come back here; the CPU fallback copies pairs)."""
+    lowering = _COMPLEX_OF.get(func._name)
+    if lowering is not None:
+        try:
+            return lowering(*args, **kwargs)
+        except NotImplementedError as exc:
+            reraise_deferred(exc)
+    return _unlowered(func, args, kwargs)
+
+
 def _dispatch_unlowered(func, args, kwargs):
     """Steps 2-4 of the module docstring: ``func`` has no lowering, or its lowering declined."""
+    if complex_seen[0] and complex.involved(args, kwargs):
+        # (a real lowering met a complex dtype and declined: ``transfer.zdtype``)
+        return _dispatch_complex(func, args, kwargs)
+    return _unlowered(func, args, kwargs)
+
+
+def _unlowered(func, args, kwargs):
     functional = _functional_of(func)
     if functional is not None and (functional in registry.LOWERINGS or functional in decomposition_table):
         out_names = _out_names(func)
@@ -275,6 +299,8 @@ def cpu_fallback(func, args, kwargs):
             for original in _tensors(args, kwargs):
                 if id(original) in cpu_of and cpu_of[id(original)] is x:
                     return original
+            if x.is_complex():
+                return complex.wrap_pairs(from_cpu(x, device), device)
             return wrap(from_cpu(x, device), device)
         return x
 

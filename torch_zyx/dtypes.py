@@ -16,7 +16,7 @@ class DType:
 
     name: str
     itemsize: int
-    kind: str  # "f" float, "i" signed int, "u" unsigned int, "b" bool
+    kind: str  # "f" float, "i" signed int, "u" unsigned int, "b" bool, "c" complex
 
     @property
     def is_float(self) -> bool:
@@ -48,6 +48,14 @@ bool_ = DType("bool", 1, "b")
 
 ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool_)
 BY_NAME = {dtype.name: dtype for dtype in ALL}
+
+# Complex dtypes are a storage's and a tensor's, never a graph node's: a complex value is held as a
+# node of its part dtype with a trailing axis of 2 (real, imaginary), the pairs interleaved in
+# memory as PyTorch stores them (record/complex.py), so the kernelizer, codegen and the runtimes
+# see real dtypes only. Not in ``ALL`` for that reason.
+complex64 = DType("complex64", 8, "c")
+complex128 = DType("complex128", 16, "c")
+COMPLEX_PART = {complex64: float32, complex128: float64}
 
 
 def python_value(dtype: DType, value):

@@ -11,7 +11,8 @@ registers its ops on import. The lowerings are grouped by family:
   cells, transformer fast path, distances, resampling);
 - ``linalg/``: matmul and dense linear algebra;
 - ``random/``: random numbers and samplers;
-- ``optim/``: fused optimizer steps, ``_foreach_*`` ops and gradient scaling.
+- ``optim/``: fused optimizer steps, ``_foreach_*`` ops and gradient scaling;
+- ``complex/``: ops on complex values (a table of its own, which dispatch consults for them).
 
 Shared helpers live next to the table: ``registry`` (operands, promotion, broadcasting),
 ``expr`` (formula nodes), ``fastpath`` (recording fast paths), ``derived_backward``,
@@ -19,7 +20,7 @@ Shared helpers live next to the table: ``registry`` (operands, promotion, broadc
 ``prims`` (the ``prims.*`` ops of PyTorch's references, mapped to the aten lowerings).
 """
 
-from . import derived_backward, prims  # noqa: F401  (registration; prims looks its aten twins up when called)
+from . import complex, derived_backward, prims  # noqa: F401  (registration; prims looks its aten twins up when called)
 from .core import factory, movement, storage_views  # noqa: F401
 from .indexing import index, scatter, search, sort  # noqa: F401
 from .linalg import dense, ldl, matmul, spectral  # noqa: F401

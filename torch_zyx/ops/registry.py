@@ -110,7 +110,8 @@ def dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
             torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.int16: "Short",
             torch.int8: "Char", torch.uint8: "Byte", torch.uint16: "UInt16", torch.uint32: "UInt32",
-            torch.uint64: "UInt64"}.get(dtype, str(dtype))
+            torch.uint64: "UInt64", torch.complex64: "ComplexFloat",
+            torch.complex128: "ComplexDouble"}.get(dtype, str(dtype))
 
 
 _TYPE_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",

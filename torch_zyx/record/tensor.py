@@ -15,11 +15,13 @@ import weakref
 
 import torch
 
+from .. import dtypes
 from ..config import CONFIG
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from . import pinned
 from .checks import bind_unbound, unbound
+from .complex import ComplexStorage
 from .pending import (
     is_lazy,
     list_pending,
@@ -203,7 +205,11 @@ def reinterpreted(storage, dtype):
     key = (id(base), dtype)
     view = _reinterpreted.get(key)
     if view is None:
-        view = _reinterpreted[key] = ReinterpretedStorage(base, dtype)
+        if dtype.kind == "c":  # (pairs of the part dtype: record/complex.py)
+            view = ComplexStorage(base, dtype, reinterpreted(base, dtypes.COMPLEX_PART[dtype]))
+        else:
+            view = ReinterpretedStorage(base, dtype)
+        _reinterpreted[key] = view
     return view
 
 
@@ -552,6 +558,8 @@ def read(t: ZyxTensor) -> Node:
     shaped = storage._shaped
     if dense and shaped is not None and shape == shaped.shape:
         return shaped  # the whole storage, as it was stored (what strided(flat(shaped)) gives)
+    if storage.__class__ is ComplexStorage:
+        return storage.read(shape, strides, offset, dense)  # (pairs: shape (*shape, 2))
     return g.strided(storage.value, shape, strides, offset)
 
 
@@ -625,6 +633,11 @@ def write(t: ZyxTensor, node: Node) -> None:
     storage = t._storage
     if unbound:
         bind_unbound(getattr(storage, "base", storage))  # (the storage a realization computes)
+    if storage.__class__ is ComplexStorage:  # (``node``: pairs, record/complex.py)
+        storage.write(node, *(t._zmeta or meta(t)))
+        if g.PendingCounter.count > CONFIG.max_pending:
+            realize_over_limit()
+        return
     if node.dtype is not storage.dtype:
         node = g.cast(node, storage.dtype)
     shape, strides, offset, dense = t._zmeta or meta(t)

@@ -34,18 +34,31 @@ TORCH_TO_ZYX = {
     torch.int32: dtypes.int32, torch.int64: dtypes.int64, torch.uint8: dtypes.uint8, torch.bool: dtypes.bool_,
     torch.uint16: dtypes.uint16, torch.uint32: dtypes.uint32, torch.uint64: dtypes.uint64,
 }
-ZYX_TO_TORCH = {v: k for k, v in TORCH_TO_ZYX.items()}
+# Complex dtypes are storages' and tensors' only (record/complex.py): lowerings that look a dtype
+# up in TORCH_TO_ZYX to build nodes find none for them and decline (``zdtype``).
+COMPLEX_TO_ZYX = {torch.complex64: dtypes.complex64, torch.complex128: dtypes.complex128}
+ZYX_TO_TORCH = {v: k for k, v in (*TORCH_TO_ZYX.items(), *COMPLEX_TO_ZYX.items())}
 
 
 def supports_dtype(dtype: torch.dtype) -> bool:
     """Whether zyx computes ``dtype`` natively (as zyx's ``supports_dtype``)."""
-    return dtype in TORCH_TO_ZYX
+    return dtype in TORCH_TO_ZYX or dtype in COMPLEX_TO_ZYX
 
 
 # Set when a torch dtype of ``BAREBONES`` is first converted (``ops/unsigned.py``: dispatch
 # checks CPU torch's kernel coverage of these dtypes only once one is in use).
 BAREBONES = (torch.uint16, torch.uint32, torch.uint64)
 barebones_seen = [False]
+
+# Set once a complex dtype is met (a complex storage made, or ``zdtype`` asked for one): from then
+# on dispatch sends the ops that involve complex values to the complex lowerings (ops/complex/),
+# so that other programs pay nothing for them.
+complex_seen = [False]
+
+
+class ComplexDecline(NotImplementedError):
+    """A lowering asked for a node dtype of a complex dtype: it declines, and dispatch (which now
+    knows complex values are in use) takes the op to the complex lowerings."""
 
 
 def zdtype(dtype: torch.dtype) -> dtypes.DType:
@@ -54,7 +67,20 @@ def zdtype(dtype: torch.dtype) -> dtypes.DType:
     try:
         return TORCH_TO_ZYX[dtype]
     except KeyError:
+        if dtype in COMPLEX_TO_ZYX:
+            complex_seen[0] = True
+            raise ComplexDecline(f"zyx computes {dtype} as pairs of real values") from None
         raise TypeError(f"zyx does not support dtype {dtype}") from None
+
+
+def _resolved(t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``values`` (a CPU copy of ``t``'s memory) with ``t``'s lazy conjugate and negative bits
+    applied, as PyTorch reads such a view."""
+    if t.is_conj():
+        values = torch.conj_physical(values)
+    if t.is_neg():
+        values = torch.neg(values)
+    return values
 
 
 def _host_bytes(ptr: int, nbytes: int) -> torch.Tensor:
@@ -130,9 +156,11 @@ def to_cpu(t: ZyxTensor, held: int | None = None) -> torch.Tensor:
         flat = _read_directly(t, storage, held) if direct else None
         if flat is None:
             flat = storage_to_cpu(storage)
-        return flat.view(tuple(t.shape))  # the copy is already private to the caller
-    flat = storage_to_cpu(storage)
-    return flat.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset()).clone()
+        out = flat.view(tuple(t.shape))  # the copy is already private to the caller
+    else:
+        flat = storage_to_cpu(storage)
+        out = flat.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset()).clone()
+    return _resolved(t, out) if complex_seen[0] else out
 
 
 # A read-back of a value computed for it alone, ``(F.gelu(x) * y).cpu()``, has the value's kernel
@@ -206,6 +234,14 @@ def from_cpu(src: torch.Tensor, device) -> Node:
     if src.is_meta:
         # CPU torch's error: a meta tensor has no data (reading its data pointer crashed).
         raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+    if complex_seen[0] or src.is_complex():
+        if src.is_conj() or src.is_neg():
+            src = src.resolve_conj().resolve_neg()
+        if src.is_complex():  # (its pairs: record/complex.py)
+            if src.dtype not in COMPLEX_TO_ZYX:
+                zdtype(src.dtype)  # raises: complex32
+            complex_seen[0] = True
+            src = torch.view_as_real(src)
     if src.device.type != "cpu":
         direct = _from_torch_device(src, device)
         if direct is not None:

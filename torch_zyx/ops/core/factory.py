@@ -14,9 +14,9 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ... import dtypes
 from ...lazy import graph as g
 from ...record import overlap
-from ...record.tensor import Storage, ZyxTensor, read, wrap, write
+from ...record.tensor import Storage, ZyxTensor, read, reinterpreted, wrap, write
 from ...record.tensor import meta as meta_of
-from ...record.transfer import from_cpu, from_other_device, to_cpu, to_torch_device, zdtype
+from ...record.transfer import COMPLEX_TO_ZYX, from_cpu, from_other_device, to_cpu, to_torch_device, zdtype
 from ..registry import aten, device_of, register
 
 
@@ -34,6 +34,10 @@ def empty_storage(shape, strides, dtype: torch.dtype, device_index) -> ZyxTensor
     """A tensor with fresh (zero-valued) storage large enough for ``shape``/``strides``."""
     shape = tuple(int(s) for s in shape)
     extent = g.strided_extent(shape, strides)
+    complex_dtype = COMPLEX_TO_ZYX.get(dtype)
+    if complex_dtype is not None:  # (a real storage of pairs, read as complex: record/complex.py)
+        pairs = Storage(g.const(0, dtypes.COMPLEX_PART[complex_dtype], (2 * extent,)), _device(device_index))
+        return ZyxTensor(reinterpreted(pairs, complex_dtype), shape, strides, 0)
     storage = Storage(g.const(0, zdtype(dtype), (extent,)), _device(device_index))
     return ZyxTensor(storage, shape, strides, 0)
 
