@@ -66,7 +66,7 @@ import torch_zyx
 from torch_zyx.config import CONFIG
 
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.float16,
-          torch.bfloat16, torch.uint16, torch.uint32, torch.uint64)
+          torch.bfloat16, torch.uint16, torch.uint32, torch.uint64, torch.complex64)
 FULL = os.environ.get("ZYX_OPINFO_FULL", "") not in ("", "0")
 STRIDE = int(os.environ.get("ZYX_OPINFO_STRIDE", "12") or 12)
 RECORD_DIR = os.environ.get("ZYX_OPINFO_RECORD", "")
@@ -112,6 +112,8 @@ TOLERANCES = {
     torch.float64: (1e-7, 1e-7),
     torch.float16: (1e-2, 1e-2),
     torch.bfloat16: (5e-2, 5e-2),
+    torch.complex64: (1e-4, 1e-4),
+    torch.complex128: (1e-7, 1e-7),
 }
 
 

@@ -417,3 +417,116 @@ def flip(x, dims):
         raise NotImplementedError  # (ATen's error for repeated dims)
     return wrap_pairs(g.flip(pairs(x), wrapped), x._storage.device)
 
+
+
+# --------------------------------------------------------- data movement through the real view
+# Ops that move or select whole elements along a complex tensor's axes do the same to its real
+# view, whose trailing axis (the pair) they leave alone: the real lowerings run on it, and the
+# result is read back as complex.
+
+
+def _real_view(x):
+    """``x`` as its real view (a conjugate first resolved: the view holds the stored values)."""
+    return view_as_real(clone(x) if x.is_conj() else x)
+
+
+def _complex_result(r):
+    return view_as_complex(r.contiguous())
+
+
+def _like(value, x):
+    """``value`` (any operand) as a contiguous complex tensor of ``x``'s dtype on its device."""
+    return wrap_pairs(value_of(value, x.dtype, x._storage.device), x._storage.device)
+
+
+@register_complex(aten.index.Tensor)
+def index(x, indices):
+    if not x.is_complex():
+        raise NotImplementedError
+    return _complex_result(aten.index.Tensor(_real_view(x), indices))
+
+
+@register_complex(aten.index_put.default)
+def index_put(x, indices, values, accumulate=False):
+    if not x.is_complex():
+        raise NotImplementedError
+    return _complex_result(aten.index_put.default(_real_view(x), indices, _real_view(_like(values, x)),
+                                                  accumulate))
+
+
+def _pair_index(index):
+    return index.unsqueeze(-1).expand(*index.shape, 2)
+
+
+@register_complex(aten.gather.default)
+def gather(x, dim, index, sparse_grad=False):
+    if not x.is_complex():
+        raise NotImplementedError
+    dim = wrap_dim(dim, x.dim())
+    return _complex_result(aten.gather.default(_real_view(x), dim, _pair_index(index)))
+
+
+@register_complex(aten.scatter.src)
+def scatter(x, dim, index, src):
+    if not x.is_complex() or not isinstance(src, torch.Tensor):
+        raise NotImplementedError
+    dim = wrap_dim(dim, x.dim())
+    return _complex_result(aten.scatter.src(_real_view(x), dim, _pair_index(index), _real_view(_like(src, x))))
+
+
+@register_complex(aten.scatter_add.default)
+def scatter_add(x, dim, index, src):
+    if not x.is_complex():
+        raise NotImplementedError
+    dim = wrap_dim(dim, x.dim())
+    return _complex_result(aten.scatter_add.default(_real_view(x), dim, _pair_index(index),
+                                                    _real_view(_like(src, x))))
+
+
+@register_complex(aten.masked_select.default)
+def masked_select(x, mask):
+    if not x.is_complex():
+        raise NotImplementedError
+    shape = torch.broadcast_shapes(x.shape, mask.shape)
+    real = _real_view(x.expand(shape))
+    picked = aten.masked_select.default(real, mask.expand(shape).unsqueeze(-1).expand(*shape, 2))
+    return _complex_result(picked.view(-1, 2))
+
+
+@register_complex(aten.nonzero.default)
+def nonzero(x):
+    if not x.is_complex():
+        raise NotImplementedError
+    return aten.nonzero.default(aten.ne.Scalar(x, 0))
+
+
+@register_complex(aten.equal.default)
+def equal(x, y):
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    return bool(aten.all.default(aten.eq.Tensor(x, y)).item())
+
+
+@register_complex(aten.copy.default)
+def copy(dst, src, non_blocking=False):
+    """Functional copy: ``src`` broadcast to ``dst``'s shape in ``dst``'s dtype (a new tensor)."""
+    shape = tuple(torch.broadcast_shapes(tuple(src.shape), tuple(dst.shape)))
+    if shape != tuple(dst.shape):
+        raise NotImplementedError
+    node = value_of(src, dst.dtype, dst._storage.device)
+    node = g.broadcast_to(node, (*shape, 2) if dst.is_complex() else shape)
+    return new_tensor(node, dst.dtype, dst._storage.device)
+
+
+def _random_like(fill):
+    def lowering(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        out = factory.empty_like(x, dtype=dtype, device=device, memory_format=memory_format)
+        if out.__class__ is not ZyxTensor or not out.is_complex():
+            raise NotImplementedError
+        return fill(out)
+
+    return lowering
+
+
+register_complex(aten.randn_like.default)(_random_like(normal_))
+register_complex(aten.rand_like.default)(_random_like(uniform_))

@@ -187,9 +187,65 @@ def _isfinite(p):
     return g.unary("not", _b("or", _isnan(p), _isinf(p)))
 
 
-def _exp_i(p):
-    """exp(i z): the building block of sin/cos."""
-    return exp(join(_neg(im(p)), re(p)))
+def _u(op, x):
+    return g.unary(op, x)
+
+
+def _sin(p):
+    a, b = re(p), im(p)  # sin a cosh b + i cos a sinh b
+    return join(_b("mul", _u("sin", a), _u("cosh", b)), _b("mul", _u("cos", a), _u("sinh", b)))
+
+
+def _cos(p):
+    a, b = re(p), im(p)  # cos a cosh b - i sin a sinh b
+    return join(_b("mul", _u("cos", a), _u("cosh", b)), _neg(_b("mul", _u("sin", a), _u("sinh", b))))
+
+
+def _sinh(p):
+    a, b = re(p), im(p)  # sinh a cos b + i cosh a sin b
+    return join(_b("mul", _u("sinh", a), _u("cos", b)), _b("mul", _u("cosh", a), _u("sin", b)))
+
+
+def _cosh(p):
+    a, b = re(p), im(p)  # cosh a cos b + i sinh a sin b
+    return join(_b("mul", _u("cosh", a), _u("cos", b)), _b("mul", _u("sinh", a), _u("sin", b)))
+
+
+def _tanh(p):
+    """(sinh 2a + i sin 2b) / (cosh 2a + cos 2b); past |a| = 20 that is ±1 + 0i in every float
+    (and the quotient would be inf / inf)."""
+    a, b = _b("mul", re(p), _c(2.0, re(p))), _b("mul", im(p), _c(2.0, im(p)))
+    den = _b("add", _u("cosh", a), _u("cos", b))
+    far = _b("lt", _c(40.0, a), _u("abs", a))
+    real = g.where(far, _b("copysign", _c(1.0, a), a), _b("div", _u("sinh", a), den))
+    imag = g.where(far, _b("mul", _c(0.0, b), _u("sin", b)), _b("div", _u("sin", b), den))
+    return join(real, imag)
+
+
+def _tan(p):
+    """-i tanh(i z)."""
+    t = _tanh(join(_neg(im(p)), re(p)))
+    return join(im(t), _neg(re(t)))
+
+
+def _scaled(fn, factor):
+    def scaled(p):
+        return _b("mul", fn(p), _c(factor, p))
+
+    return scaled
+
+
+def _exp2(p):
+    return exp(_b("mul", p, _c(math.log(2.0), p)))
+
+
+def _rsqrt(p):
+    return _reciprocal(sqrt(p))
+
+
+def _sigmoid(p):
+    one = g.broadcast_to(join(g.const(1.0, p.dtype), g.const(0.0, p.dtype)), p.shape)
+    return div(one, _b("add", one, exp(_neg(p))))
 
 
 _UNARY = {
@@ -204,6 +260,12 @@ _UNARY = {
     aten.isnan.default: _unary(_isnan, real_result=True),
     aten.isinf.default: _unary(_isinf, real_result=True),
     aten.isfinite.default: _unary(_isfinite, real_result=True),
+    aten.sin.default: _unary(_sin), aten.cos.default: _unary(_cos), aten.tan.default: _unary(_tan),
+    aten.sinh.default: _unary(_sinh), aten.cosh.default: _unary(_cosh), aten.tanh.default: _unary(_tanh),
+    aten.log2.default: _unary(_scaled(log, 1 / math.log(2.0))),
+    aten.log10.default: _unary(_scaled(log, 1 / math.log(10.0))),
+    aten.exp2.default: _unary(_exp2), aten.rsqrt.default: _unary(_rsqrt),
+    aten.sigmoid.default: _unary(_sigmoid),
 }
 for _op, _fn in _UNARY.items():
     register_complex(_op)(_fn)
