@@ -31,7 +31,7 @@ import torch
 import torch_zyx
 from torch_zyx.config import CONFIG, _config_file
 from torch_zyx.integration.device_guard import compiler, native, native_hooks
-from torch_zyx.record.transfer import TORCH_TO_ZYX
+from torch_zyx.record.transfer import COMPLEX_TO_ZYX, TORCH_TO_ZYX
 
 try:  # imports pyopencl, which is optional (the "opencl" extra): its absence is a probe result
     from torch_zyx.runtime.opencl import opencl_devices
@@ -117,8 +117,9 @@ def versions() -> dict:
     info["CPU"] += ")"
     info["torch threads"] = torch.get_num_threads()
     info["C++ compiler (device guard)"] = compiler() or "none found"
-    # The torch dtypes zyx holds and computes (uint16/32/64 with CPU torch's kernel coverage).
-    info["zyx dtypes"] = ", ".join(str(d).removeprefix("torch.") for d in TORCH_TO_ZYX)
+    # The torch dtypes zyx holds and computes (uint16/32/64 with CPU torch's kernel coverage;
+    # complex64/128 as real pairs, record/complex.py).
+    info["zyx dtypes"] = ", ".join(str(d).removeprefix("torch.") for d in (*TORCH_TO_ZYX, *COMPLEX_TO_ZYX))
     return info
 
 
