@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torch_zyx.execute import contexts
 from torch_zyx.integration import device_guard
 from torch_zyx.lazy import composite
 from torch_zyx.record.tensor import read
@@ -90,12 +91,36 @@ def test_fused_op_refuses_a_mask_or_dropout():
         fused(q, q, q, dropout_p=0.5)
 
 
-def test_sdpa_on_a_device_without_fused_attention_takes_the_math_form():
-    q = torch.randn(2, 2, 32, 16, dtype=torch.bfloat16)
-    got = F.scaled_dot_product_attention(q.to("zyx"), q.to("zyx"), q.to("zyx"), is_causal=True)
-    assert read(got).op != composite.ATTENTION
-    want = F.scaled_dot_product_attention(q.double(), q.double(), q.double(), is_causal=True)
+def _device(fuses: bool) -> str | None:
+    """A zyx device that runs bfloat16 attention as one fused kernel (``fuses``) or one that
+    does not; None when there is no such device."""
+    for ctx in contexts.devices():
+        if ("bfloat16" in ctx.lowering.tensor_cores) == fuses:
+            return f"zyx:{ctx.index}"
+    return None
+
+
+@pytest.mark.parametrize("fuses", [False, True], ids=["math form", "fused kernel"])
+def test_sdpa_takes_the_devices_kernel(fuses):
+    device = _device(fuses)
+    if device is None:
+        pytest.skip("no zyx device with tensor cores (a GPU: CUDA)" if fuses else
+                    "every zyx device here fuses bfloat16 attention")
+    if fuses and not device_guard.native_hooks():
+        pytest.skip("the device's C++ hooks are not loaded (ZYX_NATIVE=0): SDPA takes its math form")
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 200, 64, generator=gen).to(torch.bfloat16) for _ in range(3))
+    leaves = [t.to(device).requires_grad_() for t in (q, k, v)]
+    got = F.scaled_dot_product_attention(*leaves, is_causal=True)
+    assert (read(got).op == composite.ATTENTION) == fuses
+    reference = [t.double().requires_grad_() for t in (q, k, v)]
+    want = F.scaled_dot_product_attention(*reference, is_causal=True)
     torch.testing.assert_close(got.cpu().double(), want, rtol=2e-2, atol=2e-2)
+    grad = torch.randn(want.shape, generator=gen)
+    got.backward(grad.to(torch.bfloat16).to(device))
+    want.backward(grad.double())
+    for mine, theirs in zip(leaves, reference):
+        torch.testing.assert_close(mine.grad.cpu().double(), theirs.grad, rtol=5e-2, atol=5e-2)
 
 
 # A process whose zyx:0 answers the choice of SDPA kernel as a device with fused bfloat16 attention

@@ -32,7 +32,7 @@ from ..lazy.panels import DEFAULT_TILE, MatmulTile
 from . import symbolic as sym
 from .index import Index
 from .ir import Instr, LoopKernel
-from .lower_attention import ATTENTION, AttentionLowering, keeps_attention
+from .lower_attention import ATTENTION, AttentionLowering, AttentionTile, keeps_attention
 from .lower_loops import LoopNestLowering
 from .lower_rows import RowLowering
 from .lower_scatter import ScatterLowering
@@ -85,6 +85,8 @@ class LoweringOptions:
     # matmuls (``lower_tiles``; the renderer's ``FRAGMENT`` and ``MMA``). (): none.
     tensor_cores: tuple[str, ...] = ()
     mma_tiles: tuple[MmaTile, ...] = ()
+    # The blocks of fused attention kernels (``lower_attention``; None: its default).
+    attention_tile: AttentionTile | None = None
 
 
 def _reduce_init(op: str, dtype) -> object:

@@ -40,9 +40,25 @@ from .lower_tiles import _PackedBlock
 from .symbolic import Expr
 
 ATTENTION = "ATTENTION"
-# Query rows per work group (16 per warp) and keys per step.
-BLOCK_ROWS = 64
-BLOCK_KEYS = 64
+
+
+class AttentionTile(NamedTuple):
+    """A fused attention kernel's blocks: ``row_tiles`` 16-row tiles of queries per warp,
+    ``warps`` warps per group (a group's query block is ``16 * row_tiles * warps`` rows) and
+    ``keys`` keys per step. Each key fragment read from shared memory serves every row tile."""
+
+    row_tiles: int
+    keys: int
+    warps: int
+
+    @property
+    def rows(self) -> int:
+        return 16 * self.row_tiles * self.warps
+
+
+# 128 query rows per group of 4 warps (32 a warp), 64 keys a step: per lane 64 score, 64 output
+# (head size 64) and 32 query-fragment registers.
+DEFAULT_TILE = AttentionTile(row_tiles=2, keys=64, warps=4)
 # Head sizes (D and Dv) the fused kernel takes: the outputs (Dv / 8 x 4 floats a lane) and the
 # query fragments (D / 16 x 4 registers) stay in registers.
 MAX_HEAD = 128
@@ -121,8 +137,9 @@ class AttentionLowering:
         *batch_shape, length, depth = q.shape
         keys, depth_v = k.shape[-2], v.shape[-1]
         nd = len(q.shape)
-        bm, bn, warps = BLOCK_ROWS, BLOCK_KEYS, BLOCK_ROWS // 16
-        items = 32 * warps
+        tile = self.options.attention_tile or DEFAULT_TILE
+        bm, bn, tiles = tile.rows, tile.keys, tile.row_tiles
+        items = 32 * tile.warps
         m_blocks, steps = -(-length // bm), -(-keys // bn)
         groups = math.prod(batch_shape) * m_blocks
         self.group, self.items_store = items, True
@@ -141,26 +158,31 @@ class AttentionLowering:
         group = self.define("lgrp", sym.div(lane, 4), 8)
         pair = self.define("lpair", sym.mul(sym.mod(lane, 4), 2), 7)
         m0 = sym.mul(m_block, bm)
-        row0 = sym.mul(warp, 16)
-        # The lane's two query rows (h = 0, 1) in the whole sequence.
-        rows = [sym.add(m0, sym.add(row0, sym.add(group, sym.Num(8 * h)))) for h in range(2)]
+        row0 = sym.mul(warp, 16 * tiles)
+        # The lane's query rows in the whole sequence: h = 2 i (its row l / 4 of row tile i) and
+        # 2 i + 1 (that row + 8).
+        rows = [sym.add(m0, sym.add(row0, sym.add(group, sym.Num(16 * (h // 2) + 8 * (h % 2)))))
+                for h in range(2 * tiles)]
 
-        # The query block, once; each warp's fragments of its 16 rows stay in registers.
+        # The query block, once; each warp's fragments of its rows stay in registers.
         q_block = _HeadBlock(self, q, bm, depth, items, batch_dims, nd - 2, stages=1)
         q_block.start = m0
         q_block.store(q_block.load(sym.Num(0)), sym.Num(0))
         self.add("BARRIER", None, (), pure=False)
-        q_fragments = [q_block.fragment("a", sym.add(row0, group), sym.add(pair, sym.Num(k16)), sym.Num(0))
-                       for k16 in range(0, depth, 16)]
+        q_fragments = [[q_block.fragment("a", sym.add(row0, sym.add(group, sym.Num(16 * i))),
+                                         sym.add(pair, sym.Num(k16)), sym.Num(0))
+                        for k16 in range(0, depth, 16)] for i in range(tiles)]
 
         (scale_value,) = self.emit(scale, [Index(scale.shape, ())])
         scale_value = self.add("CAST", f32, (scale_value,))
         log2e = self.add("ALU", f32, (scale_value, self.const(math.log2(math.e), f32)), "mul")
         zero, minus_inf = self.const(0.0, f32), self.const(float("-inf"), f32)
-        row_max = [self.add("ACC", f32, (), float("-inf"), pure=False) for _ in range(2)]
-        row_sum = [self.add("ACC", f32, (), 0.0, pure=False) for _ in range(2)]
-        outs = [[self.add("ACC", f32, (), 0.0, pure=False) for _ in range(4)] for _ in range(depth_v // 8)]
-        scores = [[self.add("ACC", f32, (), 0.0, pure=False) for _ in range(4)] for _ in range(bn // 8)]
+        row_max = [self.add("ACC", f32, (), float("-inf"), pure=False) for _ in rows]
+        row_sum = [self.add("ACC", f32, (), 0.0, pure=False) for _ in rows]
+        outs = [[[self.add("ACC", f32, (), 0.0, pure=False) for _ in range(4)] for _ in range(depth_v // 8)]
+                for _ in range(tiles)]
+        scores = [[[self.add("ACC", f32, (), 0.0, pure=False) for _ in range(4)] for _ in range(bn // 8)]
+                  for _ in range(tiles)]
 
         k_block = _HeadBlock(self, k, bn, depth, items, batch_dims, nd - 2, stages=2)
         v_block = _HeadBlock(self, v, depth_v, bn, items, batch_dims, nd - 1, stages=2)
@@ -205,7 +227,7 @@ class AttentionLowering:
 
         # Row sums over the row's four lanes, then the outputs and the log-sum-exp.
         totals = []
-        for h in range(2):
+        for h in range(len(rows)):
             total = self.add("ACC_GET", f32, (row_sum[h],), pure=False)
             for mask in (1, 2):
                 other = self.add("SHUFFLE", f32, (total,), ("xor", mask))
@@ -215,21 +237,20 @@ class AttentionLowering:
         if 0 in stores:
             target = self.add("BUF", node.dtype, (), self.kernel.slots.index(("tmp", stores[0].target)))
             inverse = [self.add("ALU", f32, (total,), "recip") for total in totals]
-            for u, tile_outs in enumerate(outs):
-                for r, acc in enumerate(tile_outs):
-                    row, col = rows[r // 2], sym.add(pair, sym.Num(8 * u + r % 2))
-                    value = self.add("ACC_GET", f32, (acc,), pure=False)
-                    value = self.add("ALU", f32, (value, inverse[r // 2]), "mul")
-                    value = self.add("CAST", node.dtype, (value,))
-                    position = Index(out_shape, (*batch_dims, row, col)).linear
-                    guard = self.open_if(sym.lt(row, length)) if length % bm else None
-                    self.add("STORE", None, (target, self.index(position), value), pure=False)
-                    if guard is not None:
-                        self.close_if(guard)
+            for i, u, r, acc in _cells(outs):
+                row, col = rows[2 * i + r // 2], sym.add(pair, sym.Num(8 * u + r % 2))
+                value = self.add("ACC_GET", f32, (acc,), pure=False)
+                value = self.add("ALU", f32, (value, inverse[2 * i + r // 2]), "mul")
+                value = self.add("CAST", node.dtype, (value,))
+                position = Index(out_shape, (*batch_dims, row, col)).linear
+                guard = self.open_if(sym.lt(row, length)) if length % bm else None
+                self.add("STORE", None, (target, self.index(position), value), pure=False)
+                if guard is not None:
+                    self.close_if(guard)
         if 1 in stores:
             target = self.add("BUF", f32, (), self.kernel.slots.index(("tmp", stores[1].target)))
             ln2 = self.const(math.log(2.0), f32)
-            for h in range(2):
+            for h in range(len(rows)):
                 m = self.add("ACC_GET", f32, (row_max[h],), pure=False)
                 m = self.add("WHERE", f32, (self.add("ALU", dtypes.bool_, (m, minus_inf), "eq"), zero, m))
                 lse = self.add("ALU", f32, (m, self.add("ALU", f32, (totals[h],), "log2")), "add")
@@ -246,36 +267,35 @@ class AttentionLowering:
 
     def attention_step(self, step: Expr, stage: Expr, causal: bool, keys: int, bn: int, rows: list[Expr],
                        group: Expr, pair: Expr, q_block: _HeadBlock, k_block: _HeadBlock, v_block: _HeadBlock,
-                       q_fragments: list[int], scores: list, outs: list, row_max: list, row_sum: list,
+                       q_fragments: list, scores: list, outs: list, row_max: list, row_sum: list,
                        log2e: int, zero: int, minus_inf: int) -> None:
-        """One block of keys: its scores, the online softmax's update and its product with V."""
+        """One block of keys: its scores, the online softmax's update and its product with V
+        (``scores``, ``outs``: accumulators by row tile, 16 x 8 tile and output of the tile)."""
         f32, bool_ = dtypes.float32, dtypes.bool_
         mma_dtype = q_block.operand.dtype
-        for tile_accs in scores:
-            for acc in tile_accs:
-                self.add("ACC_SET", None, (acc, zero), pure=False)
-        for kq, q_fragment in enumerate(q_fragments):
+        for _i, _t, _r, acc in _cells(scores):
+            self.add("ACC_SET", None, (acc, zero), pure=False)
+        for kq in range(len(q_fragments[0])):
             kk = sym.add(pair, sym.Num(16 * kq))
-            for t, tile_accs in enumerate(scores):
+            for t in range(bn // 8):
                 k_fragment = k_block.fragment("b", sym.add(group, sym.Num(8 * t)), kk, stage)
-                self.add("MMA", mma_dtype, (q_fragment, k_fragment, *tile_accs), pure=False)
-        # Scaled (log2 units) and masked scores, by tile and output r of the tile.
+                for i, tile_scores in enumerate(scores):
+                    self.add("MMA", mma_dtype, (q_fragments[i][kq], k_fragment, *tile_scores[t]), pure=False)
+        # Scaled (log2 units) and masked scores, by row tile, 16 x 8 tile and output of the tile.
         first_key = sym.mul(step, bn)
-        values = []
-        for t, tile_accs in enumerate(scores):
-            tile_values = []
-            for r, acc in enumerate(tile_accs):
-                x = self.add("ALU", f32, (self.add("ACC_GET", f32, (acc,), pure=False), log2e), "mul")
-                key = sym.add(first_key, sym.add(pair, sym.Num(8 * t + r % 2)))
-                bounds = ([sym.lt(key, keys)] if keys % bn else []) + \
-                    ([sym.lt(sym.add(key, sym.mul(rows[r // 2], -1)), 1)] if causal else [])
-                if bounds:
-                    x = self.add("WHERE", f32, (self.index(sym.and_(*bounds)), x, minus_inf))
-                tile_values.append(x)
-            values.append(tile_values)
+        values = [[[None] * 4 for _ in range(bn // 8)] for _ in scores]
+        for i, t, r, acc in _cells(scores):
+            x = self.add("ALU", f32, (self.add("ACC_GET", f32, (acc,), pure=False), log2e), "mul")
+            key = sym.add(first_key, sym.add(pair, sym.Num(8 * t + r % 2)))
+            bounds = ([sym.lt(key, keys)] if keys % bn else []) + \
+                ([sym.lt(sym.add(key, sym.mul(rows[2 * i + r // 2], -1)), 1)] if causal else [])
+            if bounds:
+                x = self.add("WHERE", f32, (self.index(sym.and_(*bounds)), x, minus_inf))
+            values[i][t][r] = x
         corrections, shifts = [], []
-        for h in range(2):
-            mine = [tile_values[r] for tile_values in values for r in (2 * h, 2 * h + 1)]
+        for h in range(len(rows)):
+            i, half = divmod(h, 2)
+            mine = [tile_values[r] for tile_values in values[i] for r in (2 * half, 2 * half + 1)]
             top = mine[0]
             for x in mine[1:]:
                 top = self.add("ALU", f32, (top, x), "max")
@@ -288,30 +308,35 @@ class AttentionLowering:
             shift = self.add("WHERE", f32, (self.add("ALU", bool_, (new, minus_inf), "eq"), zero, new))
             shifts.append(shift)
             corrections.append(self.add("ALU", f32, (self.add("ALU", f32, (old, shift), "sub"),), "exp2"))
-        partial = [None, None]
-        probabilities = []
-        for tile_values in values:
-            tile_p = []
-            for r, x in enumerate(tile_values):
-                p = self.add("ALU", f32, (self.add("ALU", f32, (x, shifts[r // 2]), "sub"),), "exp2")
-                h = r // 2
-                partial[h] = p if partial[h] is None else self.add("ALU", f32, (partial[h], p), "add")
-                tile_p.append(p)
-            probabilities.append(tile_p)
-        for h in range(2):
+        partial = [None] * len(rows)
+        probabilities = [[[None] * 4 for _ in range(bn // 8)] for _ in scores]
+        for i, tile_values in enumerate(values):
+            for t, four in enumerate(tile_values):
+                for r, x in enumerate(four):
+                    h = 2 * i + r // 2
+                    p = self.add("ALU", f32, (self.add("ALU", f32, (x, shifts[h]), "sub"),), "exp2")
+                    partial[h] = p if partial[h] is None else self.add("ALU", f32, (partial[h], p), "add")
+                    probabilities[i][t][r] = p
+        for h in range(len(rows)):
             total = self.add("ACC_GET", f32, (row_sum[h],), pure=False)
             total = self.add("ALU", f32, (total, corrections[h]), "mul")
             total = self.add("ALU", f32, (total, partial[h]), "add")
             self.add("ACC_SET", None, (row_sum[h], total), pure=False)
-        for tile_outs in outs:
-            for r, acc in enumerate(tile_outs):
-                value = self.add("ACC_GET", f32, (acc,), pure=False)
-                value = self.add("ALU", f32, (value, corrections[r // 2]), "mul")
-                self.add("ACC_SET", None, (acc, value), pure=False)
+        for i, _u, r, acc in _cells(outs):
+            value = self.add("ACC_GET", f32, (acc,), pure=False)
+            value = self.add("ALU", f32, (value, corrections[2 * i + r // 2]), "mul")
+            self.add("ACC_SET", None, (acc, value), pure=False)
         for c in range(bn // 16):
-            low_tile, high_tile = probabilities[2 * c], probabilities[2 * c + 1]
-            p_fragment = self.add("PACK", mma_dtype, (*low_tile, *high_tile), "a", pure=False)
+            p_fragments = [self.add("PACK", mma_dtype, (*tile_p[2 * c], *tile_p[2 * c + 1]), "a", pure=False)
+                           for tile_p in probabilities]
             kk = sym.add(pair, sym.Num(16 * c))
-            for u, tile_outs in enumerate(outs):
+            for u in range(len(outs[0])):
                 v_fragment = v_block.fragment("b", sym.add(group, sym.Num(8 * u)), kk, stage)
-                self.add("MMA", mma_dtype, (p_fragment, v_fragment, *tile_outs), pure=False)
+                for i, p_fragment in enumerate(p_fragments):
+                    self.add("MMA", mma_dtype, (p_fragment, v_fragment, *outs[i][u]), pure=False)
+
+
+def _cells(accumulators: list) -> list[tuple]:
+    """(row tile, 16 x 8 tile, output of the tile, accumulator) of each accumulator."""
+    return [(i, t, r, acc) for i, tiles in enumerate(accumulators) for t, four in enumerate(tiles)
+            for r, acc in enumerate(four)]

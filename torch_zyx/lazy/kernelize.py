@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from . import composite
 from . import graph as g
 from .graph import Node
-from .panels import DEFAULT_TILE, MatmulTile, pack_matmul_operands
+from .panels import DEFAULT_TILE, MatmulTile, matmul_operands, pack_matmul_operands
 
 # A computed value expanded (broadcast) is recomputed per output element; past this many
 # arithmetic ops it is cheaper to store it once.
@@ -141,10 +141,15 @@ class GraphSignature:
 
 
 class Kernelizer:
-    def __init__(self, roots: list[Node], signature: GraphSignature, pinned: frozenset = frozenset()):
+    def __init__(self, roots: list[Node], signature: GraphSignature, pinned: frozenset = frozenset(),
+                 merge_matmuls: bool = True):
         self.roots = roots
         self.sig = signature
         self.pinned = pinned  # ids of values that must be stored (matmul operand panels)
+        # Whether a kernel with a matmul-shaped reduce may merge with another of its shape: not
+        # on devices that lower each matmul as block tiles of its own (lower_tiles.py takes a
+        # kernel of one reduce; two merged matmuls ran as a plain loop on 32 threads: 0.75 s).
+        self.merge_matmuls = merge_matmuls
         # The graph actually kernelized: the signature's graph after rewrites (the cache key
         # stays the signature's, the rewrites are deterministic).
         self.order = g.toposort(roots)
@@ -417,6 +422,7 @@ class Kernelizer:
                     if (other.stores[0].view is None and other.shape == kernel.shape
                             and composite.ATTENTION not in (other.stores[0].value.op,
                                                             kernel.stores[0].value.op)
+                            and (self.merge_matmuls or not (_has_matmul(kernel) or _has_matmul(other)))
                             and len(other.stores) + len(kernel.stores) <= MAX_MERGED_STORES
                             and all(d < k_index for d in kernel.depends) and k_index not in kernel.depends
                             and not _writes_loaded(other, kernel)
@@ -478,6 +484,12 @@ class Kernelizer:
                 if kind == "tmp":
                     last_use[ref] = k_index
         return Schedule(kernels, temps, root_temps, last_use)
+
+
+def _has_matmul(kernel: ScheduledKernel) -> bool:
+    """Whether one of ``kernel``'s stored values has a matmul-shaped reduce."""
+    return any(node.op == "REDUCE" and matmul_operands(node) is not None
+               for node in g.toposort([store.value for store in kernel.stores]))
 
 
 def _unreshaped(node: Node) -> Node:
@@ -568,4 +580,4 @@ def kernelize(roots: list[Node], signature: GraphSignature,
     (None: matmul operands are read in place, never packed) and that computes the composite
     nodes ``keep`` accepts whole."""
     roots, pinned = pack_matmul_operands(rewrite(roots, keep), tile)
-    return Kernelizer(roots, signature, pinned).build()
+    return Kernelizer(roots, signature, pinned, merge_matmuls=tile is not None).build()
