@@ -490,35 +490,42 @@ static unsigned short zyx_f2h(float f) {
   memcpy(&u, &h, 2);
   return u;
 }
-// The tensor-core helpers of codegen/cuda.py: a fragment is where its 16 x 16 (A) or 8 x 16 (B)
-// tile starts in shared memory, and each lane computes its own four outputs of the product
-// from the whole tiles (every lane wrote its part of them before the barrier before).
-// A fragment of values the lane holds (PACK) keeps its registers (``packed``); the product
-// gathers the whole tile from the warp's lanes.
+// The tensor-core helpers of codegen/cuda.py: a fragment holds a copy of its whole 16 x 16 (A)
+// or 8 x 16 (B) tile, taken from shared memory when it is loaded (every lane wrote its part of
+// the tile before the barrier before), and each lane computes its own four outputs of the
+// product from the whole tiles. A fragment of values the lane holds (PACK) keeps its registers
+// (``packed``); the product gathers the whole tile from the warp's lanes.
 #define ZYX_MMA
-struct zyx_frag_a {
-  const unsigned short* tile; long long pitch; bool by_k = false; bool packed = false; uint32_t r[4] = {};
-};
-struct zyx_frag_b { const unsigned short* tile; long long pitch; bool by_k = false; };
-template <class F> static unsigned short zyx_at(F f, int row, int k) {
-  return f.by_k ? f.tile[k * f.pitch + row] : f.tile[row * f.pitch + k];
+struct zyx_frag_a { unsigned short t[16][16]; bool packed = false; uint32_t r[4] = {}; };
+struct zyx_frag_b { unsigned short t[8][16]; };
+// From the lane's own element ``p`` (row or column l / 4, k 2 (l % 4)) back to the tile's
+// first element; ``by_k``: the block is held k by k (element (row, k) at k * pitch + row).
+template <int ROWS> static void zyx_copy_tile(unsigned short (*t)[16], const unsigned short* p, long long pitch,
+                                              bool by_k) {
+  const int lane = threadIdx.x % 32;
+  const unsigned short* tile = by_k ? p - 2 * (lane % 4) * pitch - lane / 4 : p - (lane / 4) * pitch - 2 * (lane % 4);
+  for (int row = 0; row < ROWS; row++)
+    for (int k = 0; k < 16; k++) t[row][k] = by_k ? tile[k * pitch + row] : tile[row * pitch + k];
 }
 static zyx_frag_a zyx_load_a(const unsigned short* p, long long pitch) {
-  const int lane = threadIdx.x % 32;
-  return {p - (lane / 4) * pitch - 2 * (lane % 4), pitch};
+  zyx_frag_a f;
+  zyx_copy_tile<16>(f.t, p, pitch, false);
+  return f;
 }
 static zyx_frag_b zyx_load_b(const unsigned short* p, long long pitch) {
-  const int lane = threadIdx.x % 32;
-  return {p - (lane / 4) * pitch - 2 * (lane % 4), pitch};
+  zyx_frag_b f;
+  zyx_copy_tile<8>(f.t, p, pitch, false);
+  return f;
 }
-// Blocks held k by k: the tile's element (row, k) at k * pitch + row.
 static zyx_frag_a zyx_load_at(const unsigned short* p, long long pitch) {
-  const int lane = threadIdx.x % 32;
-  return {p - 2 * (lane % 4) * pitch - lane / 4, pitch, true};
+  zyx_frag_a f;
+  zyx_copy_tile<16>(f.t, p, pitch, true);
+  return f;
 }
 static zyx_frag_b zyx_load_bt(const unsigned short* p, long long pitch) {
-  const int lane = threadIdx.x % 32;
-  return {p - 2 * (lane % 4) * pitch - lane / 4, pitch, true};
+  zyx_frag_b f;
+  zyx_copy_tile<8>(f.t, p, pitch, true);
+  return f;
 }
 typedef zyx_frag_a zyx_frag_at;
 typedef zyx_frag_b zyx_frag_bt;
@@ -531,7 +538,8 @@ static unsigned short zyx_emulated_f2bf(float f) {  // (codegen/cuda.py's zyx_f2
 template <unsigned short (*to_bits)(float)>
 static zyx_frag_a zyx_emulated_pack(float x0, float x1, float x2, float x3, float x4, float x5, float x6,
                                     float x7) {
-  zyx_frag_a f{nullptr, 0, false, true};
+  zyx_frag_a f;
+  f.packed = true;
   const float x[8] = {x0, x1, x2, x3, x4, x5, x6, x7};
   for (int i = 0; i < 4; i++) f.r[i] = to_bits(x[2 * i]) | ((uint32_t)to_bits(x[2 * i + 1]) << 16);
   return f;
@@ -543,23 +551,21 @@ static void zyx_emulated_mma(zyx_frag_a a, zyx_frag_b b, float& c0, float& c1, f
   const int lane = threadIdx.x % 32;
   // A packed A tile from its lanes' registers (mma.m16n8k16's layout: register i of lane l
   // holds row l / 4 + 8 (i % 2), k 2 (l % 4) + 8 (i / 2) and the next k).
-  unsigned short packed[16][16];
   if (a.packed) {
     uint32_t all[32 * 4];
     zyx_warp_gather(a.r, all);
     for (int l = 0; l < 32; l++)
       for (int i = 0; i < 4; i++) {
         const int row = l / 4 + 8 * (i % 2), k = 2 * (l % 4) + 8 * (i / 2);
-        packed[row][k] = all[4 * l + i] & 0xffff;
-        packed[row][k + 1] = all[4 * l + i] >> 16;
+        a.t[row][k] = all[4 * l + i] & 0xffff;
+        a.t[row][k + 1] = all[4 * l + i] >> 16;
       }
   }
   float* c[4] = {&c0, &c1, &c2, &c3};
   for (int r = 0; r < 4; r++) {
     const int row = lane / 4 + 8 * (r / 2), col = 2 * (lane % 4) + r % 2;
     float sum = 0;
-    for (int k = 0; k < 16; k++)
-      sum += to_float(a.packed ? packed[row][k] : zyx_at(a, row, k)) * to_float(zyx_at(b, col, k));
+    for (int k = 0; k < 16; k++) sum += to_float(a.t[row][k]) * to_float(b.t[col][k]);
     *c[r] += sum;
   }
 }

@@ -741,7 +741,8 @@ def kept_composites(options: LoweringOptions):
     nodes this device's kernels compute whole (fused attention on tensor cores), or None."""
     if not options.tensor_cores:
         return None
-    return functools.partial(keeps_attention, tensor_cores=options.tensor_cores)
+    return functools.partial(keeps_attention, tensor_cores=options.tensor_cores,
+                             local_memory=options.local_memory)
 
 
 def lower(kernel: ScheduledKernel, name: str, buffer_dtypes: list,

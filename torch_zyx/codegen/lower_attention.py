@@ -57,23 +57,41 @@ class AttentionTile(NamedTuple):
 
 
 # 128 query rows per group of 4 warps (32 a warp), 64 keys a step: per lane 64 score, 64 output
-# (head size 64) and 32 query-fragment registers.
-DEFAULT_TILE = AttentionTile(row_tiles=2, keys=64, warps=4)
+# (head size 64) and 32 query-fragment registers. Larger heads take fewer keys a step, as the
+# shared blocks must fit (``attention_tile``).
+TILES = (AttentionTile(row_tiles=2, keys=64, warps=4), AttentionTile(row_tiles=2, keys=32, warps=4))
+_PAD = 8  # (lower_tiles._PACKED_PAD: rows 16 bytes apart modulo the banks)
+
+
+def shared_bytes(tile: AttentionTile, depth: int, depth_v: int) -> int:
+    """Group-shared memory of a kernel with ``tile``'s blocks: two stages of the key and value
+    blocks, the query block in the key block's arrays when it fits there (it is read into
+    registers before the first keys are staged), else beside them (16-bit elements)."""
+    keys = 2 * tile.keys * (depth + _PAD)
+    queries = tile.rows * (depth + _PAD)
+    return 2 * (keys + 2 * tile.keys * (depth_v + _PAD) + (0 if queries <= keys else queries))
+
+
+def attention_tile(depth: int, depth_v: int, budget: int) -> AttentionTile | None:
+    """The first of ``TILES`` whose blocks fit ``budget`` bytes of shared memory (0: no bound)."""
+    return next((t for t in TILES if not budget or shared_bytes(t, depth, depth_v) <= budget), None)
 # Head sizes (D and Dv) the fused kernel takes: the outputs (Dv / 8 x 4 floats a lane) and the
 # query fragments (D / 16 x 4 registers) stay in registers.
 MAX_HEAD = 128
 
 
-def keeps_attention(node: Node, tensor_cores: tuple[str, ...]) -> bool:
-    """Whether a device with tensor-core products of ``tensor_cores`` runs the ``ATTENTION``
-    node ``node`` as one fused kernel (else the kernelizer expands it)."""
+def keeps_attention(node: Node, tensor_cores: tuple[str, ...], local_memory: int = 0) -> bool:
+    """Whether a device with tensor-core products of ``tensor_cores`` and ``local_memory`` bytes
+    of shared memory a group runs the ``ATTENTION`` node ``node`` as one fused kernel (else
+    the kernelizer expands it)."""
     if node.op != ATTENTION:
         return False
     q, k, v, _scale = node.srcs
     heads = (q.shape[-1], v.shape[-1])
     return (q.dtype.name in tensor_cores and k.dtype is q.dtype and v.dtype is q.dtype
             and all(h % 16 == 0 and 16 <= h <= MAX_HEAD for h in heads)
-            and q.shape[-2] > 0 and k.shape[-2] > 0)
+            and q.shape[-2] > 0 and k.shape[-2] > 0
+            and attention_tile(*heads, local_memory) is not None)
 
 
 class _Shape(NamedTuple):
@@ -89,7 +107,7 @@ class _HeadBlock(_PackedBlock):
     other axis (the products' k), from ``k_start`` on."""
 
     def __init__(self, lowerer, operand: Node, width: int, bk: int, items: int, batch_dims: list[Expr],
-                 position_axis: int, stages: int):
+                 position_axis: int, stages: int, allocate: bool = True):
         self.lowerer, self.operand, self.tile = lowerer, operand, _Shape(bk, items)
         self.width, self.batch_dims = width, batch_dims
         nd = len(operand.shape)
@@ -100,12 +118,12 @@ class _HeadBlock(_PackedBlock):
         self.stages = stages
         self.start: Expr = sym.Num(0)
         self.k_start: Expr = sym.Num(0)
-        self.shared = self.allocate()
+        self.pitch = (self.tile.bk if self.along_k else self.width) + _PAD
+        self.size = (self.width if self.along_k else self.tile.bk) * self.pitch
+        # (Not ``allocate``: the caller gives it an array, maybe another block's while unused.)
+        self.shared = self.allocate() if allocate else -1
 
     def allocate(self) -> int:
-        pad = 8  # (lower_tiles._PACKED_PAD: rows 16 bytes apart modulo the banks)
-        self.pitch = (self.tile.bk if self.along_k else self.width) + pad
-        self.size = (self.width if self.along_k else self.tile.bk) * self.pitch
         return self.lowerer.add("LOCAL", self.operand.dtype, (), (self.stages * self.size, "stored"),
                                 pure=False)
 
@@ -137,7 +155,7 @@ class AttentionLowering:
         *batch_shape, length, depth = q.shape
         keys, depth_v = k.shape[-2], v.shape[-1]
         nd = len(q.shape)
-        tile = self.options.attention_tile or DEFAULT_TILE
+        tile = self.options.attention_tile or attention_tile(depth, depth_v, self.options.local_memory)
         bm, bn, tiles = tile.rows, tile.keys, tile.row_tiles
         items = 32 * tile.warps
         m_blocks, steps = -(-length // bm), -(-keys // bn)
@@ -164,14 +182,22 @@ class AttentionLowering:
         rows = [sym.add(m0, sym.add(row0, sym.add(group, sym.Num(16 * (h // 2) + 8 * (h % 2)))))
                 for h in range(2 * tiles)]
 
-        # The query block, once; each warp's fragments of its rows stay in registers.
-        q_block = _HeadBlock(self, q, bm, depth, items, batch_dims, nd - 2, stages=1)
+        k_block = _HeadBlock(self, k, bn, depth, items, batch_dims, nd - 2, stages=2)
+        v_block = _HeadBlock(self, v, depth_v, bn, items, batch_dims, nd - 1, stages=2)
+        # The query block, once (in the key block's arrays where it fits: a barrier then keeps
+        # the first keys from overwriting it before every warp has read it); each warp's
+        # fragments of its rows stay in registers.
+        q_block = _HeadBlock(self, q, bm, depth, items, batch_dims, nd - 2, stages=1, allocate=False)
+        borrowed = q_block.size <= 2 * k_block.size and q_block.pitch == k_block.pitch
+        q_block.shared = k_block.shared if borrowed else q_block.allocate()
         q_block.start = m0
         q_block.store(q_block.load(sym.Num(0)), sym.Num(0))
         self.add("BARRIER", None, (), pure=False)
         q_fragments = [[q_block.fragment("a", sym.add(row0, sym.add(group, sym.Num(16 * i))),
                                          sym.add(pair, sym.Num(k16)), sym.Num(0))
                         for k16 in range(0, depth, 16)] for i in range(tiles)]
+        if borrowed:
+            self.add("BARRIER", None, (), pure=False)
 
         (scale_value,) = self.emit(scale, [Index(scale.shape, ())])
         scale_value = self.add("CAST", f32, (scale_value,))
@@ -183,9 +209,6 @@ class AttentionLowering:
                 for _ in range(tiles)]
         scores = [[[self.add("ACC", f32, (), 0.0, pure=False) for _ in range(4)] for _ in range(bn // 8)]
                   for _ in range(tiles)]
-
-        k_block = _HeadBlock(self, k, bn, depth, items, batch_dims, nd - 2, stages=2)
-        v_block = _HeadBlock(self, v, depth_v, bn, items, batch_dims, nd - 1, stages=2)
 
         def at_step(step: Expr) -> None:
             k_block.start, v_block.k_start = sym.mul(step, bn), sym.mul(step, bn)
