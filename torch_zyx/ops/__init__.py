@@ -23,7 +23,7 @@ Shared helpers live next to the table: ``registry`` (operands, promotion, broadc
 from . import complex, derived_backward, prims  # noqa: F401  (registration; prims looks its aten twins up when called)
 from .core import factory, movement, storage_views  # noqa: F401
 from .indexing import index, scatter, search, sort  # noqa: F401
-from .linalg import dense, ldl, matmul, spectral  # noqa: F401
+from .linalg import dense, fft, ldl, matmul, spectral  # noqa: F401
 from .math import cephes, combine, elementwise, igamma, polynomials, reduce, scan, special  # noqa: F401
 from .nn import (  # noqa: F401
     attention,
