@@ -366,6 +366,18 @@ for _op in (aten.as_strided_.default, aten.set_.source_Tensor, aten.is_set_to.de
     register_complex(_op)(LOWERINGS[_op])
 
 
+@register_complex(aten.resize.default)
+def resize(x, size, memory_format=None):
+    """Functional resize: a new tensor of ``size`` holding ``x``'s elements in order (new ones 0)."""
+    if not x.is_complex():
+        raise NotImplementedError
+    size = tuple(int(s) for s in size)
+    n, want = x.numel(), math.prod(size)
+    flat = g.reshape(pairs(x), (n, 2))
+    flat = g.pad(flat, ((0, want - n), (0, 0))) if want > n else g.shrink(flat, ((0, want), (0, 2)))
+    return wrap_pairs(g.reshape(flat, (*size, 2)), x._storage.device)
+
+
 @register_complex(aten.resize_.default)
 def resize_(x, size, memory_format=None):
     """storage_views.resize_ for a complex tensor: growing pads the pairs."""
@@ -462,6 +474,9 @@ def _pair_index(index):
 def gather(x, dim, index, sparse_grad=False):
     if not x.is_complex():
         raise NotImplementedError
+    if x.dim() == 0:  # (the real view's only axis would be the pair: gather from a 1-element x)
+        wrap_dim(dim, 0)
+        return gather(x.reshape(1), 0, index.reshape(-1)).reshape(index.shape)
     dim = wrap_dim(dim, x.dim())
     return _complex_result(aten.gather.default(_real_view(x), dim, _pair_index(index)))
 
@@ -470,6 +485,9 @@ def gather(x, dim, index, sparse_grad=False):
 def scatter(x, dim, index, src):
     if not x.is_complex() or not isinstance(src, torch.Tensor):
         raise NotImplementedError
+    if x.dim() == 0:
+        wrap_dim(dim, 0)
+        return scatter(x.reshape(1), 0, index.reshape(-1), src.reshape(-1)).reshape(())
     dim = wrap_dim(dim, x.dim())
     return _complex_result(aten.scatter.src(_real_view(x), dim, _pair_index(index), _real_view(_like(src, x))))
 
@@ -478,6 +496,9 @@ def scatter(x, dim, index, src):
 def scatter_add(x, dim, index, src):
     if not x.is_complex():
         raise NotImplementedError
+    if x.dim() == 0:  # (the real view's only axis would be the pair: add into a 1-element x)
+        wrap_dim(dim, 0)
+        return scatter_add(x.reshape(1), 0, index.reshape(-1), src.reshape(-1)).reshape(())
     dim = wrap_dim(dim, x.dim())
     return _complex_result(aten.scatter_add.default(_real_view(x), dim, _pair_index(index),
                                                     _real_view(_like(src, x))))
@@ -518,15 +539,16 @@ def copy(dst, src, non_blocking=False):
     return new_tensor(node, dst.dtype, dst._storage.device)
 
 
-def _random_like(fill):
+def _random_like(fill, real_fill):
     def lowering(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
         out = factory.empty_like(x, dtype=dtype, device=device, memory_format=memory_format)
-        if out.__class__ is not ZyxTensor or not out.is_complex():
+        if out.__class__ is not ZyxTensor:
             raise NotImplementedError
-        return fill(out)
+        # (a complex input with a real ``dtype``: the real fill, through the dispatcher)
+        return fill(out) if out.is_complex() else real_fill(out)
 
     return lowering
 
 
-register_complex(aten.randn_like.default)(_random_like(normal_))
-register_complex(aten.rand_like.default)(_random_like(uniform_))
+register_complex(aten.randn_like.default)(_random_like(normal_, aten.normal_.default))
+register_complex(aten.rand_like.default)(_random_like(uniform_, aten.uniform_.default))
