@@ -173,6 +173,12 @@ def _cases():
         ("fused attention f16 transposed",
          lambda q, k, v: _fused_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), True)[0],
          (rand(64, 2, 16, dtype=f16), rand(128, 2, 16, dtype=f16), rand(128, 2, 16, dtype=f16))),
+        # Blocks whole and 16-byte aligned: asynchronous copies into shared memory (cp.async),
+        # for the operand read along k and for the one held k by k.
+        ("tensor-core bf16 async copies", lambda a, b, w: (a @ b, a @ w.t()),
+         (rand(128, 64, dtype=bf16), rand(64, 256, dtype=bf16), rand(128, 64, dtype=bf16))),
+        ("fused attention async copies", lambda q, k, v: _fused_attention(q, k, v, True)[0],
+         (rand(1, 128, 32, dtype=bf16), rand(1, 128, 32, dtype=bf16), rand(1, 128, 32, dtype=bf16))),
         ("tensor-core f16 transposed",
          lambda a, b: (a.t() @ b, torch.bmm(b.t().expand(2, 72, 33), a[None].expand(2, 33, 40))),
          (rand(33, 40, dtype=f16), rand(33, 72, dtype=f16))),
@@ -316,6 +322,10 @@ def test_rendered_sources_use_the_cuda_dialect(h200_kernels):
     assert cores.count("__shared__ __align__(16) unsigned short") == 2 and "mma.sync.aligned.m16n8k16" in cores
     assert "zyx_mma_bf16(v" in cores and "zyx_load_a(lm" in cores
     assert "zyx_mma_f16(v" in sources["tensor-core f16 transposed"]
+    # Whole, aligned blocks of buffers read in place: cp.async, not registers; edge blocks not.
+    assert "zyx_cp_async16(lm" in sources["tensor-core bf16 async copies"] and "zyx_cp_async16(lm" not in cores
+    assert sources["tensor-core bf16 async copies"].count("zyx_cp_async_wait<0>();") >= 2
+    assert "zyx_cp_async16(lm" in sources["fused attention async copies"]
 
 
 @needs_nvrtc
@@ -544,6 +554,10 @@ static zyx_frag_a zyx_emulated_pack(float x0, float x1, float x2, float x3, floa
   for (int i = 0; i < 4; i++) f.r[i] = to_bits(x[2 * i]) | ((uint32_t)to_bits(x[2 * i + 1]) << 16);
   return f;
 }
+// Asynchronous copies done at once (the wait and the barrier after them order nothing more here).
+static void zyx_cp_async16(void* shared, const void* global) { memcpy(shared, global, 16); }
+static void zyx_cp_async_commit() {}
+template <int N> static void zyx_cp_async_wait() {}
 #define zyx_pack_bf16 zyx_emulated_pack<zyx_emulated_f2bf>
 #define zyx_pack_f16 zyx_emulated_pack<zyx_f2h>
 template <float (*to_float)(unsigned short)>

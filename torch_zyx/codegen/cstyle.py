@@ -141,6 +141,11 @@ class Language:
     # register between the lanes of a warp ({x}, {mask}: the other lane is l ^ mask).
     fragment_pack: dict[str, str] = field(default_factory=dict)
     shuffle_xor: str = ""
+    # Asynchronous copies into shared memory (``ASYNC_COPY``: {local}, {lidx}, {buf}, {gidx}; a
+    # tensor-core helper), a group's commit and the wait ({n}: groups that may stay pending).
+    async_copy: str = ""
+    async_commit: str = ""
+    async_wait: str = ""
     # BITCAST: per float dtype, its register value's bits as a signed integer of its size ({x})
     # and a register value from such bits ({x}: an integer of that size, any signedness).
     bit_view: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -515,6 +520,14 @@ class CStyleRenderer:
             values = ", ".join(self.values[s] for s in ins.srcs)
             self.line(f"const {self.lang.fragment_type.format(kind=ins.arg)} v{i} = "
                       f"{self.lang.fragment_pack[ins.dtype.name].format(values=values)};")
+        elif op == "ASYNC_COPY":
+            self.mma_used = True
+            local, lidx, buf, gidx = (self.values[s] for s in ins.srcs)
+            self.line(self.lang.async_copy.format(local=local, lidx=lidx, buf=buf, gidx=gidx))
+        elif op == "ASYNC_COMMIT":
+            self.line(self.lang.async_commit)
+        elif op == "ASYNC_WAIT":
+            self.line(self.lang.async_wait.format(n=ins.arg))
         elif op == "SHUFFLE":
             _how, mask = ins.arg
             value = self.lang.shuffle_xor.format(x=self.values[ins.srcs[0]], mask=mask)

@@ -148,6 +148,15 @@ ZYX_MMA_OF(zyx_mma_f16, "f16")
   }
 ZYX_PACK_OF(zyx_pack_bf16, "bf16")
 ZYX_PACK_OF(zyx_pack_f16, "f16")
+// 16 bytes from global to shared memory without registers (sm_80 on; .cg: not kept in L1, each
+// block is read once per group).
+static __device__ __forceinline__ void zyx_cp_async16(void* shared, const void* global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(zyx_shared(shared)), "l"(global));
+}
+static __device__ __forceinline__ void zyx_cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> static __device__ __forceinline__ void zyx_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
 #endif"""
 
 # __expf: 2 + 1.16 |x| ulp of float (below 2^-16 relative over exp's finite range), far under
@@ -207,6 +216,9 @@ CUDA = Language(
     mma_prelude=_MMA_HELPER,
     fragment_pack={"bfloat16": "zyx_pack_bf16({values})", "float16": "zyx_pack_f16({values})"},
     shuffle_xor="__shfl_xor_sync(0xffffffffu, {x}, {mask})",
+    async_copy="zyx_cp_async16({local} + {lidx}, {buf} + {gidx});",
+    async_commit="zyx_cp_async_commit();",
+    async_wait="zyx_cp_async_wait<{n}>();",
 )
 
 

@@ -45,6 +45,11 @@ Tensor-core kernels only (``LoweringOptions.tensor_cores``): a warp's 16 x 8 x 1
                                           2 (l % 4) and + 1, x2, x3 row l / 4 + 8 there, x4..x7
                                           the same at k + 8 (an MMA's outputs, as its next input)
   SHUFFLE  arg=("xor", m) srcs=(x,)       ``x`` of the warp's lane ``l ^ m`` (every lane takes part)
+  ASYNC_COPY arg=n srcs=(local, index, buf, index)  ``n`` elements (16 bytes) from the buffer to a
+                                          stored LOCAL, both runs contiguous and 16-byte aligned,
+                                          without registers (done by the next ASYNC_WAIT)
+  ASYNC_COMMIT                            the item's copies issued so far form a group
+  ASYNC_WAIT arg=n                        wait until at most ``n`` of the item's groups are pending
 """
 
 from __future__ import annotations

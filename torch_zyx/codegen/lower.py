@@ -85,6 +85,9 @@ class LoweringOptions:
     # matmuls (``lower_tiles``; the renderer's ``FRAGMENT`` and ``MMA``). (): none.
     tensor_cores: tuple[str, ...] = ()
     mma_tiles: tuple[MmaTile, ...] = ()
+    # Blocks of 16-bit operands read in place go to shared memory by asynchronous copies
+    # (``ASYNC_COPY``: CUDA's cp.async, sm_80 on), not through registers.
+    async_copies: bool = False
     # The blocks of fused attention kernels (``lower_attention``; None: its default).
     attention_tile: AttentionTile | None = None
 

@@ -127,19 +127,14 @@ class _HeadBlock(_PackedBlock):
         return self.lowerer.add("LOCAL", self.operand.dtype, (), (self.stages * self.size, "stored"),
                                 pure=False)
 
-    def value(self, position: Expr, k_step: Expr, kk: Expr) -> int:
-        """The operand at ``position`` (from ``start``) and ``kk`` (from ``k_start``), zero
-        outside it."""
-        low, operand = self.lowerer, self.operand
+    def index_of(self, position: Expr, k_step: Expr, kk: Expr) -> Index:
+        """Where the operand is read for ``position`` (from ``start``) and ``kk`` (from
+        ``k_start``; ``valid``: inside the operand)."""
         at, k = sym.add(self.start, position), sym.add(self.k_start, kk)
-        bounds = [sym.lt(at, self.extent), sym.lt(k, self.k_extent)]
-        valid = sym.and_(*bounds)
+        valid = sym.and_(sym.lt(at, self.extent), sym.lt(k, self.k_extent))
         dims = [*self.batch_dims, sym.Num(0), sym.Num(0)]
         dims[self.axis], dims[self.k_axis] = at, k
-        (value,) = low.emit(operand, [Index(operand.shape, tuple(dims), valid=valid)])
-        if valid.key != sym.TRUE.key:
-            value = low.add("WHERE", operand.dtype, (low.index(valid), value, low.const(0, operand.dtype)))
-        return value
+        return Index(self.operand.shape, tuple(dims), valid=valid)
 
 
 class AttentionLowering:
@@ -191,8 +186,8 @@ class AttentionLowering:
         borrowed = q_block.size <= 2 * k_block.size and q_block.pitch == k_block.pitch
         q_block.shared = k_block.shared if borrowed else q_block.allocate()
         q_block.start = m0
-        q_block.store(q_block.load(sym.Num(0)), sym.Num(0))
-        self.add("BARRIER", None, (), pure=False)
+        zero_step = sym.Num(0)  # (blocks here are placed by ``start``, ``k_start``)
+        self.stage_blocks((q_block,), [q_block.copies_async(zero_step)], zero_step, zero_step)
         q_fragments = [[q_block.fragment("a", sym.add(row0, sym.add(group, sym.Num(16 * i))),
                                          sym.add(pair, sym.Num(k16)), sym.Num(0))
                         for k16 in range(0, depth, 16)] for i in range(tiles)]
@@ -223,21 +218,23 @@ class AttentionLowering:
             self.attention_step(step, stage, causal, keys, bn, rows, group, pair, q_block, k_block,
                                 v_block, q_fragments, scores, outs, row_max, row_sum, log2e, zero, minus_inf)
 
-        at_step(sym.Num(0))
-        for blk in (k_block, v_block):
-            blk.store(blk.load(sym.Num(0)), sym.Num(0))
-        self.add("BARRIER", None, (), pure=False)
+        # Key and value blocks: two stages, step s + 1's staged (asynchronous copies where the
+        # operand allows, as lower_tiles does) while step s's products run.
+        blocks = (k_block, v_block)
+        at_step(sym.Var("kstep", 0, steps - 1))
+        copied = [blk.copies_async(zero_step) for blk in blocks]
+        at_step(zero_step)
+        self.stage_blocks(blocks, copied, zero_step, zero_step)
         if steps > 1:
             step = self.new_var(steps - 1)
             k_range = self.open_range(step, 0, steps - 1)
             guard = needed(step)
             at_step(sym.add(step, sym.Num(1)))
-            following = [blk.load(sym.Num(0)) for blk in (k_block, v_block)]
+            following_stage = sym.mod(sym.add(step, sym.Num(1)), 2)
+            following = self.stage_blocks(blocks, copied, zero_step, following_stage, later=True)
             at_step(step)
             step_products(step, sym.mod(step, 2))
-            for blk, values in zip((k_block, v_block), following):
-                blk.store(values, sym.mod(sym.add(step, sym.Num(1)), 2))
-            self.add("BARRIER", None, (), pure=False)
+            self.finish_staging(blocks, copied, following, following_stage)
             if guard is not None:
                 self.close_if(guard)
             self.close_range(k_range)

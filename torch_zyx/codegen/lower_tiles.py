@@ -22,7 +22,11 @@ and each warp of the group owns a ``bm / warps_m x bn / warps_n`` part of the
 block, computed as 16 x 8 tiles by the warp-wide ``MMA`` instruction (fp32 accumulation) over
 the ``FRAGMENT``s of 16 x 16 A tiles and 16 x 8 B tiles it reads from shared memory. Its lane
 ``l`` holds the outputs at rows ``l / 4`` and ``l / 4 + 8`` and columns ``2 (l % 4)`` and
-``2 (l % 4) + 1`` of each tile (the ``mma.m16n8k16`` layout).
+``2 (l % 4) + 1`` of each tile (the ``mma.m16n8k16`` layout). Where an operand is a buffer read
+in place (movement only, runs of eight elements contiguous and 16-byte aligned, no masked edge)
+and the device copies asynchronously (``LoweringOptions.async_copies``), its blocks go from
+global to shared memory by ``ASYNC_COPY`` (``cp.async``): no registers hold the next step's
+block, and each copy moves 16 bytes.
 
 A mixin of ``lower.Lowerer``.
 """
@@ -181,18 +185,17 @@ class BlockTileLowering:
         # them) into the other, then one barrier. Step 0 is staged before the loop, and the last
         # step runs after it: the loop's loads then never pass the end of k, and need no masks
         # (which would keep them from being vector loads) where k is a multiple of the step.
-        for blk in blocks_of:
-            blk.store(blk.load(sym.Num(0)), sym.Num(0))
-        self.add("BARRIER", None, (), pure=False)
         steps = -(-k_size // tile.bk)
+        any_step = sym.Var("kstep", 0, steps - 1)
+        copied = [mma and blk.copies_async(any_step) for blk in blocks_of]
+        self.stage_blocks(blocks_of, copied, sym.Num(0), sym.Num(0))
         if steps > 1:
             k_step = self.new_var(steps - 1)
             k_range = self.open_range(k_step, 0, steps - 1)
-            following = [blk.load(sym.add(k_step, sym.Num(1))) for blk in blocks_of]
+            following = self.stage_blocks(blocks_of, copied, sym.add(k_step, sym.Num(1)),
+                                          sym.mod(sym.add(k_step, sym.Num(1)), 2), later=True)
             self._step(tile, reduce, src.dtype, owned, a_block, b_block, sym.mod(k_step, 2))
-            for blk, values in zip(blocks_of, following):
-                blk.store(values, sym.mod(sym.add(k_step, sym.Num(1)), 2))
-            self.add("BARRIER", None, (), pure=False)
+            self.finish_staging(blocks_of, copied, following, sym.mod(sym.add(k_step, sym.Num(1)), 2))
             self.close_range(k_range)
         self._step(tile, reduce, src.dtype, owned, a_block, b_block, sym.Num((steps - 1) % 2))
 
@@ -214,6 +217,35 @@ class BlockTileLowering:
         # Per output: a multiply and an add per k, and the epilogue's share.
         self.flops = 2 * k_size + (self.flops - epilogue) // len(cells)
         return blocks, items
+
+    def stage_blocks(self, blocks: tuple, copied: list[bool], k_step: Expr, stage: Expr,
+                     later: bool = False) -> list:
+        """Step ``k_step``'s blocks toward the shared blocks of ``stage``: asynchronous copies
+        issued (``copied``), the others' values loaded into registers. Not ``later`` (before the
+        first step): everything stored and a barrier. Returns the loaded values by block (for
+        ``finish_staging`` once the current step's products are issued)."""
+        values = []
+        for blk, asynchronous in zip(blocks, copied):
+            if asynchronous:
+                blk.copy_async(k_step, stage)
+                values.append(None)
+            else:
+                values.append(blk.load(k_step))
+        if any(copied):
+            self.add("ASYNC_COMMIT", None, (), pure=False)
+        if not later:
+            self.finish_staging(blocks, copied, values, stage)
+        return values
+
+    def finish_staging(self, blocks: tuple, copied: list[bool], values: list, stage: Expr) -> None:
+        """The registers of ``stage_blocks`` stored into ``stage``, the copies waited for, then
+        one barrier: the blocks are complete for every item."""
+        for blk, asynchronous, loaded in zip(blocks, copied, values):
+            if not asynchronous:
+                blk.store(loaded, stage)
+        if any(copied):
+            self.add("ASYNC_WAIT", None, (), 0, pure=False)
+        self.add("BARRIER", None, (), pure=False)
 
     def _item_tile(self, tile: BlockTile, reduce: Node) -> _Owned:
         """The item's register tile: ``_owned`` rows and columns of the block."""
@@ -327,10 +359,10 @@ class _Block:
             out.append((sym.add(sym.mul(kk, self.pitch), position), self.value(position, k_step, kk)))
         return out
 
-    def value(self, position: Expr, k_step: Expr, kk: Expr) -> int:
-        """The operand at ``position`` of the block and ``kk`` of step ``k_step`` (zero outside
-        the operand)."""
-        low, operand, tile = self.lowerer, self.operand, self.tile
+    def index_of(self, position: Expr, k_step: Expr, kk: Expr) -> Index:
+        """Where the operand is read for ``position`` of the block and ``kk`` of step ``k_step``
+        (``valid``: inside the operand)."""
+        operand, tile = self.operand, self.tile
         shape = operand.shape
         nd = len(shape)
         other = nd - 2 if self.axis == nd - 3 else nd - 3
@@ -339,11 +371,18 @@ class _Block:
                          sym.lt(k, shape[-1]))
         dims: list[Expr] = [*self.batch_dims, sym.Num(0), sym.Num(0), k]
         dims[self.axis], dims[other] = at, sym.Num(0)
-        (value,) = low.emit(operand, [Index(shape, tuple(dims), valid=valid)])
-        if valid.key != sym.TRUE.key:
+        return Index(shape, tuple(dims), valid=valid)
+
+    def value(self, position: Expr, k_step: Expr, kk: Expr) -> int:
+        """The operand at ``position`` of the block and ``kk`` of step ``k_step`` (zero outside
+        the operand)."""
+        low, operand = self.lowerer, self.operand
+        index = self.index_of(position, k_step, kk)
+        (value,) = low.emit(operand, [index])
+        if index.valid.key != sym.TRUE.key:
             # Masked loads read zeros, but an expression of them need not be zero (exp(0)).
             zero = low.const(0, operand.dtype)
-            value = low.add("WHERE", operand.dtype, (low.index(valid), value, zero))
+            value = low.add("WHERE", operand.dtype, (low.index(index.valid), value, zero))
         return value
 
     def store(self, values: list[tuple[Expr, int]], stage: Expr) -> None:
@@ -378,21 +417,67 @@ class _PackedBlock(_Block):
         """This item's elements of step ``k_step``'s block: runs of four neighbours along the
         axis the operand is contiguous in (a vector load each where the renderer finds them
         aligned), neighbouring items taking neighbouring runs."""
-        low, tile, width = self.lowerer, self.tile, self.width
         out = []
-        # (Runs numbered along the contiguous axis first: the index algebra then keeps each
-        # run's start a visible multiple of four.)
-        runs_across = tile.bk // 4 if self.along_k else width // 4
-        for r in range(width * tile.bk // (4 * tile.items)):
-            run = sym.add(low.lid, sym.Num(r * tile.items))
-            across, along = sym.div(run, runs_across), sym.mul(sym.mod(run, runs_across), 4)
+        for position, kk in self.runs(4):
             for e in range(4):
                 if self.along_k:
-                    position, kk = across, sym.add(along, sym.Num(e))
+                    at, k = position, sym.add(kk, sym.Num(e))
                 else:
-                    position, kk = sym.add(along, sym.Num(e)), across
-                out.append((self.element(position, kk), self.value(position, k_step, kk)))
+                    at, k = sym.add(position, sym.Num(e)), kk
+                out.append((self.element(at, k), self.value(at, k_step, k)))
         return out
+
+    def runs(self, width: int) -> list[tuple[Expr, Expr]]:
+        """(position, kk) of the first element of each of this item's runs of ``width``
+        neighbours along the operand's contiguous axis, neighbouring items taking neighbouring
+        runs (numbered along that axis first: the index algebra then keeps each run's start a
+        visible multiple of ``width``)."""
+        low, tile = self.lowerer, self.tile
+        across_count = tile.bk // width if self.along_k else self.width // width
+        out = []
+        for r in range(self.width * tile.bk // (width * tile.items)):
+            run = sym.add(low.lid, sym.Num(r * tile.items))
+            across, along = sym.div(run, across_count), sym.mul(sym.mod(run, across_count), width)
+            out.append((across, along) if self.along_k else (along, across))
+        return out
+
+    def copies_async(self, k_step: Expr) -> bool:
+        """Whether this block's steps go to shared memory by ``ASYNC_COPY``: the device has
+        them, the operand is a buffer read in place whose runs of eight elements (16 bytes) are
+        contiguous and aligned, and no element of a block is masked."""
+        low, tile = self.lowerer, self.tile
+        if not low.options.async_copies or self.operand.dtype.itemsize != 2:
+            return False
+        run_axis = tile.bk if self.along_k else self.width
+        if (self.width * tile.bk) % (_COPY * tile.items) or run_axis % _COPY:
+            return False
+        for position, kk in self.runs(_COPY):
+            first = _leaf(low, self.operand, self.index_of(position, k_step, kk))
+            if first is None or first[1].valid.key != sym.TRUE.key:
+                return False
+            if not sym.multiple_of(first[1].linear, _COPY):
+                return False
+            if self.along_k:
+                position_last, kk_last = position, sym.add(kk, sym.Num(_COPY - 1))
+            else:
+                position_last, kk_last = sym.add(position, sym.Num(_COPY - 1)), kk
+            last = _leaf(low, self.operand, self.index_of(position_last, k_step, kk_last))
+            span = None if last is None else sym.add(last[1].linear, sym.mul(first[1].linear, -1))
+            if span is None or span.key != sym.Num(_COPY - 1).key:
+                return False
+        return True
+
+    def copy_async(self, k_step: Expr, stage: Expr) -> None:
+        """Step ``k_step``'s block into the shared block of ``stage`` by ``ASYNC_COPY`` (the
+        caller commits and waits)."""
+        low = self.lowerer
+        start = sym.mul(stage, self.size)
+        for position, kk in self.runs(_COPY):
+            load, index = _leaf(low, self.operand, self.index_of(position, k_step, kk))
+            buf = low.add("BUF", load.dtype, (), load.arg)
+            target = low.index(sym.add(start, self.element(position, kk)))
+            low.add("ASYNC_COPY", load.dtype, (self.shared, target, buf, low.index(index.linear)), _COPY,
+                    pure=False)
 
     def element(self, position: Expr, kk: Expr) -> Expr:
         """Where ``position`` at ``kk`` is held in the shared block."""
@@ -407,6 +492,19 @@ class _PackedBlock(_Block):
         kind = kind if self.along_k else kind + "t"
         index = low.index(sym.add(sym.mul(stage, self.size), self.element(position, kk)))
         return low.add("FRAGMENT", self.operand.dtype, (self.shared, index), (kind, self.pitch), pure=False)
+
+
+# Elements of one asynchronous copy (16 bytes of a 16-bit dtype).
+_COPY = 8
+
+
+def _leaf(lowerer, node: Node, index: Index) -> tuple[Node, Index] | None:
+    """The buffer ``LOAD`` that ``node`` reads in place at ``index`` (through movement ops
+    without padding) and where it reads it; None for anything computed."""
+    while node.op in g.MOVEMENT and node.op != "PAD":
+        index = lowerer.move(node, index)
+        node = node.srcs[0]
+    return (node, index) if node.op == "LOAD" else None
 
 
 def _narrow(operand: Node) -> Node:

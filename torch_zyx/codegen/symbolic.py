@@ -368,6 +368,12 @@ def _divisible(term: Expr, divisor: int) -> bool:
     return _split_term(term)[1] % divisor == 0
 
 
+def multiple_of(x: Expr, divisor: int) -> bool:
+    """Whether ``x`` is a multiple of ``divisor`` for every value of its variables (each term
+    of a sum is, as far as its factor shows)."""
+    return all(_divisible(term, divisor) for term in (x.terms if isinstance(x, Sum) else (x,)))
+
+
 def lt(x: Expr, bound: int) -> Expr:
     if x.vmax < bound:
         return TRUE

@@ -120,6 +120,7 @@ def lowering_options(runtime) -> LoweringOptions:
                            vector_width=4 if runtime.renderer in _VECTOR_RENDERERS else 1,
                            block_tiles=GPU_TILES if runtime.is_gpu else (),
                            tensor_cores=getattr(runtime, "tensor_cores", ()), mma_tiles=GPU_MMA_TILES,
+                           async_copies=bool(getattr(runtime, "tensor_cores", ())),
                            compute_units=runtime.compute_units)
 
 
