@@ -68,7 +68,8 @@ cpu_pass = pytest.mark.skipif(not _CPU_PASS, reason="zyx:0 is not the CPU device
                               "without a GPU run in the CPU pass (make test)")
 
 H200 = SimpleNamespace(renderer="cuda", is_gpu=True, compute_units=132, max_group_size=1024,
-                       local_memory=48 * 1024, tensor_cores=("bfloat16", "float16"))
+                       local_memory=48 * 1024, tile_local_memory=227 * 1024,
+                       tensor_cores=("bfloat16", "float16"))
 
 
 # ------------------------------------------------------------------------ kernels of ops
@@ -449,6 +450,8 @@ extern "C" void zyx_run(unsigned grid, unsigned block, void (*body)(void*), void
 #define __forceinline__ inline
 #define __launch_bounds__(n)
 #define __shared__ static
+// (Dynamic shared memory: a static array of the size the kernel names, shared by the block's threads.)
+#define ZYX_DYNAMIC_SHARED(name, size) static __align__(16) unsigned char name[size]
 #define __align__(n) __attribute__((aligned(n)))
 #define __syncthreads() zyx_syncthreads()
 template <class T> static T __shfl_down_sync(unsigned, T v, int offset) {
@@ -721,6 +724,31 @@ def test_emulated_cuda_kernels_match_the_cpu_backend(tmp_path):
     assert grouped >= 8  # the warp trees were exercised
 
 
+@cpu_pass
+def test_tiles_past_48_kib_take_dynamic_shared_memory(tmp_path, monkeypatch):
+    """A tensor-core tile whose two stages pass 48 KiB (128 x 256 outputs, k step 32): its arrays
+    are views of the dynamic shared array, its source names the bytes the runtime launches with,
+    NVRTC compiles it and the emulator computes what the CPU backend does."""
+    from torch_zyx.codegen.lower_tiles import MmaTile
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(256, 64, generator=gen).to(torch.bfloat16)
+    b = torch.randn(64, 512, generator=gen).to(torch.bfloat16)
+    monkeypatch.setattr(sys.modules[__name__], "_cases", lambda: [("wide tile", lambda x, y: x @ y, (a, b))])
+    options = dataclasses.replace(contexts.lowering_options(H200), mma_tiles=(MmaTile(128, 256, 32, 2, 4),))
+    with pytest.MonkeyPatch.context() as patch:
+        (realization,) = _collect(patch, options)
+    (source,) = realization.sources
+    assert "ZYX_DYNAMIC_SHARED(zyx_dynamic_shared, 54272);" in source
+    assert "// zyx: dynamic shared memory 54272 bytes" in source  # (A: 2 x 128 x 40, B: 2 x 32 x 264)
+    assert "__shared__ __align__(16) unsigned short lm" not in source
+    if not NVRTC_REASON:
+        cuda_runtime.compile_cuda(source, 90)
+    (got,) = _emulate(emulated_module(source, tmp_path), realization)
+    want = (a.float() @ b.float()).to(torch.bfloat16).flatten()
+    torch.testing.assert_close(_as_torch(got, realization.outputs[0].dtype), want, rtol=1e-2, atol=1e-2)
+
+
 # ------------------------------------------------------------------------ a simulated GPU
 #
 # ``FakeDriver`` stands in for ``cuda.bindings.driver`` (the calls runtime/cuda.py and
@@ -850,7 +878,7 @@ class FakeDriver:
         # Blocks of at most 64 threads keep the emulator's threads few (and trees span warps).
         values = {"COMPUTE_CAPABILITY_MAJOR": 9, "COMPUTE_CAPABILITY_MINOR": 0, "MULTIPROCESSOR_COUNT": 2,
                   "MAX_THREADS_PER_BLOCK": 64, "MAX_SHARED_MEMORY_PER_BLOCK": 48 * 1024,
-                  "MAX_THREADS_PER_MULTIPROCESSOR": 2048}
+                  "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024, "MAX_THREADS_PER_MULTIPROCESSOR": 2048}
         return self.ok, values[attribute.name.replace("CU_DEVICE_ATTRIBUTE_", "")]
 
     def cuDeviceTotalMem(self, device):
@@ -973,9 +1001,13 @@ class FakeDriver:
             return (self.real.CUresult.CUDA_ERROR_NOT_FOUND,)
         return self.ok, (getattr(library, f"launch_{name}"), arguments[name])
 
+    def cuFuncSetAttribute(self, function, attribute, value):
+        # (The emulator's shared arrays are static: any size is fine.)
+        return (self.ok,)
+
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self._current()
-        assert (gy, gz, by, bz, shared, extra) == (1, 1, 1, 1, 0, 0) and gx >= 1 and 1 <= bx <= 256
+        assert (gy, gz, by, bz, extra) == (1, 1, 1, 1, 0) and gx >= 1 and 1 <= bx <= 256 and shared >= 0
         launcher, count = function
         pointers = (ctypes.c_void_p * count).from_address(params)
         # The values are copied now, as cuLaunchKernel does (the caller reuses its arrays).

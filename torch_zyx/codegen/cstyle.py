@@ -106,6 +106,15 @@ class Language:
     barrier: str = ""
     local_decl: str = ""
     group_attribute: str = ""
+    # Group-shared arrays past ``static_local_limit`` bytes in all (0: no limit): one dynamic
+    # array (``dynamic_local_decl``, {size}: its bytes; the helpers it needs in
+    # ``dynamic_local_prelude``) that each array is a view of ({type}, {name}, {offset} bytes),
+    # its size named in ``dynamic_local_note`` ({size}: the runtime launches with it).
+    static_local_limit: int = 0
+    dynamic_local_prelude: str = ""
+    dynamic_local_decl: str = ""
+    dynamic_local_view: str = ""
+    dynamic_local_note: str = ""
     # The outer RANGE of an ungrouped kernel as a grid-stride loop: the number of work items
     # the launch runs ({stride} as a 64-bit integer); empty: one work item per iteration.
     global_stride: str = ""
@@ -212,7 +221,7 @@ class CStyleRenderer:
         self.depth = 1
         self.closers: dict[int, str] = {}
         self.used_dtypes: set[str] = set()
-        self.local_lines: list[str] = []
+        self.locals: list[tuple] = []  # group-shared arrays: (type, name, elements, bytes each)
         self.vectors: dict[int, tuple[int, ...]] = {}  # vector_runs()
         self.mma_used = False  # a FRAGMENT seen: the tensor-core helpers go in the prelude
         self.raw: dict[int, str] = {}  # a half dtype's value → its stored bits, where known (raw_of)
@@ -505,8 +514,9 @@ class CStyleRenderer:
             self.values[i] = f"lm{i}"
             computed = _computed_local(ins)
             element = self.local_type(ins.dtype) if computed else self.lang.memory_type[ins.dtype.name]
-            self.local_lines.append("  " + self.lang.local_decl.format(
-                type=element, name=f"lm{i}", size=ins.arg if computed else ins.arg[0]))
+            size = ins.arg if computed else ins.arg[0]
+            itemsize = max(4, ins.dtype.itemsize) if computed and ins.dtype.is_float else ins.dtype.itemsize
+            self.locals.append((element, f"lm{i}", size, itemsize))
         elif op == "FRAGMENT":
             kind, pitch = ins.arg
             buf, index = (self.values[s] for s in ins.srcs)
@@ -739,6 +749,9 @@ class CStyleRenderer:
         prelude = [lang.dtype_prelude[d] for d in sorted(self.used_dtypes) if d in lang.dtype_prelude]
         if self.mma_used:
             prelude.append(lang.mma_prelude)
+        local_lines = self.local_declarations()
+        if self.dynamic_locals:
+            prelude.append(lang.dynamic_local_prelude)
         prefix = lang.kernel_prefix
         if k.group_size:
             prefix += " " + lang.group_attribute.format(size=k.group_size)
@@ -749,7 +762,24 @@ class CStyleRenderer:
             # it. The runtime launches a whole group, and the others must not repeat an
             # in-place read-modify-write.
             body = [f"  if ({lang.global_id} == 0) {{"] + ["  " + line for line in body] + ["  }"]
-        return "\n".join(prelude + [head] + self.local_lines + body + ["}", ""])
+        return "\n".join(prelude + [head] + local_lines + body + ["}", ""])
+
+    def local_declarations(self) -> list[str]:
+        """The group-shared arrays' declarations: each its own static array, or views of one
+        dynamic array (16-byte aligned parts) where they pass ``static_local_limit`` in all."""
+        lang = self.lang
+        total = sum(-(-size * itemsize // 16) * 16 for _t, _n, size, itemsize in self.locals)
+        self.dynamic_locals = bool(lang.static_local_limit) and total > lang.static_local_limit
+        if not self.dynamic_locals:
+            return ["  " + lang.local_decl.format(type=element, name=name, size=size)
+                    for element, name, size, _itemsize in self.locals]
+        lines = ["  " + lang.dynamic_local_note.format(size=total),
+                 "  " + lang.dynamic_local_decl.format(size=total)]
+        offset = 0
+        for element, name, size, itemsize in self.locals:
+            lines.append("  " + lang.dynamic_local_view.format(type=element, name=name, offset=offset))
+            offset += -(-size * itemsize // 16) * 16
+        return lines
 
 
 def render(kernel: LoopKernel, lang: Language) -> str:

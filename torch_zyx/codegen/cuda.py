@@ -202,6 +202,14 @@ CUDA = Language(
     barrier="__syncthreads();",
     # Aligned for the float4 loads of four neighbouring elements (``vector_runs``).
     local_decl="__shared__ __align__(16) {type} {name}[{size}];",
+    # Static __shared__ arrays stop at 48 KiB a block; past that, dynamic shared memory, which
+    # runtime/cuda.py allows per kernel (cuFuncSetAttribute) and launches with.
+    static_local_limit=48 * 1024,
+    dynamic_local_prelude="#ifndef ZYX_DYNAMIC_SHARED\n#define ZYX_DYNAMIC_SHARED(name, size) "
+                          "extern __shared__ __align__(16) unsigned char name[]\n#endif",
+    dynamic_local_decl="ZYX_DYNAMIC_SHARED(zyx_dynamic_shared, {size});",
+    dynamic_local_view="{type}* const {name} = ({type}*)(zyx_dynamic_shared + {offset});",
+    dynamic_local_note="// zyx: dynamic shared memory {size} bytes",
     # The block size of a grouped kernel; the runtime launches blocks of exactly this size
     # (runtime/cuda.py reads it back from the source).
     group_attribute="__launch_bounds__({size})",

@@ -85,6 +85,9 @@ class LoweringOptions:
     # matmuls (``lower_tiles``; the renderer's ``FRAGMENT`` and ``MMA``). (): none.
     tensor_cores: tuple[str, ...] = ()
     mma_tiles: tuple[MmaTile, ...] = ()
+    # Bytes of group-shared memory a block-tiled matmul or fused attention group may use (past
+    # ``local_memory``: the renderer's dynamic shared memory); 0: ``local_memory``.
+    tile_local_memory: int = 0
     # Blocks of 16-bit operands read in place go to shared memory by asynchronous copies
     # (``ASYNC_COPY``: CUDA's cp.async, sm_80 on), not through registers.
     async_copies: bool = False
@@ -745,7 +748,7 @@ def kept_composites(options: LoweringOptions):
     if not options.tensor_cores:
         return None
     return functools.partial(keeps_attention, tensor_cores=options.tensor_cores,
-                             local_memory=options.local_memory)
+                             local_memory=options.tile_local_memory or options.local_memory)
 
 
 def lower(kernel: ScheduledKernel, name: str, buffer_dtypes: list,

@@ -150,7 +150,8 @@ class AttentionLowering:
         *batch_shape, length, depth = q.shape
         keys, depth_v = k.shape[-2], v.shape[-1]
         nd = len(q.shape)
-        tile = self.options.attention_tile or attention_tile(depth, depth_v, self.options.local_memory)
+        budget = self.options.tile_local_memory or self.options.local_memory
+        tile = self.options.attention_tile or attention_tile(depth, depth_v, budget)
         bm, bn, tiles = tile.rows, tile.keys, tile.row_tiles
         items = 32 * tile.warps
         m_blocks, steps = -(-length // bm), -(-keys // bn)

@@ -121,6 +121,7 @@ def lowering_options(runtime) -> LoweringOptions:
                            block_tiles=GPU_TILES if runtime.is_gpu else (),
                            tensor_cores=getattr(runtime, "tensor_cores", ()), mma_tiles=GPU_MMA_TILES,
                            async_copies=bool(getattr(runtime, "tensor_cores", ())),
+                           tile_local_memory=getattr(runtime, "tile_local_memory", 0),
                            compute_units=runtime.compute_units)
 
 

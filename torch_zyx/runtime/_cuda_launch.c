@@ -9,10 +9,11 @@
  *   launch_each(launch, stream, steps, pointers, params) -> (result, step)
  *
  * ``launch`` is the address of cuLaunchKernel, ``stream`` a CUstream (as an int), each step a
- * tuple (function, grid, block, slots, param indices, end): the kernel ``function`` (a
- * CUfunction as an int) on ``grid`` blocks of ``block`` threads with its arguments, all 8 bytes
- * wide, as runtime/cuda.py's kernels take them: the device pointers ``pointers[slots]``, the
- * parameters ``params[indices]``, then ``end``. Returns (0, -1), or the first failing launch's
+ * tuple (function, grid, block, slots, param indices, end, shared bytes): the kernel
+ * ``function`` (a CUfunction as an int) on ``grid`` blocks of ``block`` threads with ``shared
+ * bytes`` of dynamic shared memory and its arguments, all 8 bytes wide, as runtime/cuda.py's
+ * kernels take them: the device pointers ``pointers[slots]``, the parameters
+ * ``params[indices]``, then ``end``. Returns (0, -1), or the first failing launch's
  * CUresult and step index (the launches after it are not made). The GIL is released while the
  * driver is called.
  */
@@ -30,7 +31,7 @@ typedef int (*launch_fn)(void *function, unsigned grid_x, unsigned grid_y, unsig
 /* One launch: where its argument values start in the values array, and how many there are. */
 typedef struct {
     void *function;
-    unsigned grid, block;
+    unsigned grid, block, shared_bytes;
     Py_ssize_t first, count;
 } Launch;
 
@@ -46,6 +47,7 @@ gather(PyObject *steps, PyObject *pointers, PyObject *params, Launch *launches, 
         launch->function = PyLong_AsVoidPtr(PyTuple_GET_ITEM(step, 0));
         launch->grid = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(step, 1));
         launch->block = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(step, 2));
+        launch->shared_bytes = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(step, 6));
         long long end = PyLong_AsLongLong(PyTuple_GET_ITEM(step, 5));
         if (PyErr_Occurred())
             return 0;
@@ -89,10 +91,10 @@ py_launch_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n_steps = PySequence_Fast_GET_SIZE(steps), n_values = 0;
     for (Py_ssize_t i = 0; i < n_steps; i++) {
         PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
-        if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 6 || !PyTuple_Check(PyTuple_GET_ITEM(step, 3))
+        if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 7 || !PyTuple_Check(PyTuple_GET_ITEM(step, 3))
                 || !PyTuple_Check(PyTuple_GET_ITEM(step, 4))) {
-            PyErr_SetString(PyExc_TypeError,
-                            "launch_each: a step is (function, grid, block, slots, param indices, end)");
+            PyErr_SetString(PyExc_TypeError, "launch_each: a step is (function, grid, block, slots, param "
+                                             "indices, end, shared bytes)");
             goto done;
         }
         n_values += PyTuple_GET_SIZE(PyTuple_GET_ITEM(step, 3)) + PyTuple_GET_SIZE(PyTuple_GET_ITEM(step, 4)) + 1;
@@ -113,7 +115,8 @@ py_launch_each(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n_steps; i++) {
         Launch *l = &launches[i];
-        failed = launch(l->function, l->grid, 1, 1, l->block, 1, 1, 0, stream, arg_pointers + l->first, NULL);
+        failed = launch(l->function, l->grid, 1, 1, l->block, 1, 1, l->shared_bytes, stream,
+                        arg_pointers + l->first, NULL);
         if (failed) {
             failed_step = i;
             break;

@@ -63,6 +63,7 @@ _MASK64 = (1 << 64) - 1
 _CALLS = native_extension("torch_zyx.runtime._cuda_launch", "a cuda-bindings call per kernel")
 _launch_address: list[int] = []  # cuLaunchKernel's address (0: none), found once
 _HEAD = re.compile(r"__global__(?:\s+__launch_bounds__\((\d+)\))?\s+void\s+(\w+)\(([^)]*)\)")
+_DYNAMIC_SHARED = re.compile(r"// zyx: dynamic shared memory (\d+) bytes")
 
 # ------------------------------------------------------------------------------------ NVRTC
 
@@ -194,6 +195,10 @@ class CUDAProgram:
         if head is None:
             raise ValueError(f"zyx: no kernel {name} in the CUDA source")
         self.group_size = int(head.group(1) or 0)
+        # Bytes of dynamic shared memory the kernel's group-shared arrays take (codegen/cuda.py
+        # renders arrays past 48 KiB so); 0: static arrays only.
+        dynamic = _DYNAMIC_SHARED.search(source)
+        self.shared_bytes = int(dynamic.group(1)) if dynamic else 0
         params = [p.strip() for p in head.group(3).split(",") if p.strip()]
         self.n_buffers = sum(1 for p in params if "*" in p)
         self.n_params = sum(1 for p in params if re.search(r"\bp\d+$", p))
@@ -203,6 +208,12 @@ class CUDAProgram:
 
     def _attach(self, function) -> None:
         self._function = function
+        if self.shared_bytes:
+            # Past 48 KiB a kernel must ask for its dynamic shared memory before its launches.
+            with current(self.device.ctx):
+                check(driver.cuFuncSetAttribute(
+                    function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    self.shared_bytes), f"cuFuncSetAttribute {self.name}")
         # Every argument is 8 bytes (pointers, unsigned long long parameters, long long end):
         # one array of values and one of pointers to them, filled per launch (cuLaunchKernel
         # copies the values when it is called).
@@ -253,8 +264,9 @@ class CUDAProgram:
         stream = device.stream
         with current(device.ctx):
             stream.wait_for(wait_events)
-            check(driver.cuLaunchKernel(self._function, grid, 1, 1, block, 1, 1, 0, stream.handle,
-                                        self._params_address, 0), f"cuLaunchKernel {self.name}")
+            check(driver.cuLaunchKernel(self._function, grid, 1, 1, block, 1, 1, self.shared_bytes,
+                                        stream.handle, self._params_address, 0),
+                  f"cuLaunchKernel {self.name}")
             return stream.record()
 
 
@@ -286,6 +298,10 @@ class CUDADevice:
         # Static __shared__ arrays are limited to 48 KiB per block whatever the GPU has.
         self.local_memory = min(48 * 1024, _attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK",
                                                       self.cu_device))
+        # What a kernel may ask for as dynamic shared memory (block tiles and attention past
+        # 48 KiB: 227 KiB on an H100).
+        self.tile_local_memory = _attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+                                            self.cu_device)
         self.threads_per_unit = _attribute("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR",
                                            self.cu_device)
         # mma.sync m16n8k16 with half or bfloat16 inputs and float accumulation: sm_80 on.
@@ -332,7 +348,8 @@ class CUDADevice:
 
     def plan_steps(self, launches: list[tuple]) -> tuple | None:
         """``launches`` ((program, loop IR, slot indices, random parameter indices) each) as
-        ``run_steps``' steps (function, grid, block, slots, parameter indices, end): each launch
+        ``run_steps``' steps (function, grid, block, slots, parameter indices, end, dynamic
+        shared bytes): each launch
         as ``CUDAProgram.launch`` makes it (compiling the programs now). None when a kernel takes
         other parameters than given (launched one by one)."""
         native = _native_launch() != 0
@@ -344,7 +361,7 @@ class CUDADevice:
             shape = program.shape(loop.global_size)
             if shape is not None:
                 steps.append((int(function) if native else function, *shape, tuple(slots), tuple(params),
-                              loop.global_size))
+                              loop.global_size, program.shared_bytes))
         return tuple(steps)
 
     def run_steps(self, steps: tuple, pointers: list[int], params: list[int], wait_events: list[Event]) -> Event:
@@ -373,12 +390,12 @@ class CUDADevice:
             if result:
                 raise CUDAError(f"cuLaunchKernel (kernel {step} of the plan)", driver.CUresult(result))
             return
-        for function, grid, block, slots, indices, end in steps:
+        for function, grid, block, slots, indices, end, shared_bytes in steps:
             values = [pointers[i] for i in slots] + [params[i] & _MASK64 for i in indices] + [end]
             array = (ctypes.c_uint64 * len(values))(*values)
             base = ctypes.addressof(array)
             arguments = (ctypes.c_void_p * len(values))(*(base + 8 * i for i in range(len(values))))
-            check(driver.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream_handle,
+            check(driver.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, shared_bytes, stream_handle,
                                         ctypes.addressof(arguments), 0), "cuLaunchKernel")
 
     # ------------------------------------------------------------------ compiling
