@@ -89,43 +89,53 @@ def _unit(numerator: int, denominator: int, sign: int) -> tuple[float, float]:
 
 
 def _table(key: tuple, values, shape, device, dtype) -> Node:
+    """The constant table ``key`` of ``device`` and ``dtype`` (``values()``: its entries, made
+    only the first time)."""
     full = (device.index, dtype, *key)
     node = _tables.get(full)
     if node is None:
         if len(_tables) > 256:
             _tables.clear()
-        cpu = torch.tensor(values, dtype=torch.float64).to(ZYX_TO_TORCH[dtype])
+        cpu = torch.tensor(values(), dtype=torch.float64).to(ZYX_TO_TORCH[dtype])
         node = _tables[full] = from_cpu(cpu, device)
     return g.reshape(node, shape)
 
 
 def _dft_matrix(r: int, sign: int, device, dtype) -> tuple[Node, Node]:
     """(real, imaginary) parts of the DFT matrix W[k, j] = w_r^(jk), shape (r, r)."""
-    vals = [_unit(j * k, r, sign) for k in range(r) for j in range(r)]
-    return (_table(("dft", r, sign, 0), [v[0] for v in vals], (r, r), device, dtype),
-            _table(("dft", r, sign, 1), [v[1] for v in vals], (r, r), device, dtype))
+    def part(which: int):
+        return lambda: [_unit(j * k, r, sign)[which] for k in range(r) for j in range(r)]
+
+    return (_table(("dft", r, sign, 0), part(0), (r, r), device, dtype),
+            _table(("dft", r, sign, 1), part(1), (r, r), device, dtype))
 
 
 def _twiddles(m: int, r: int, sign: int, device, dtype) -> tuple[Node, Node]:
     """(real, imaginary) parts of T[j', k] = w_m^(j' k) for j' < m / r, k < r."""
     rest = m // r
-    vals = [_unit(j * k, m, sign) for j in range(rest) for k in range(r)]
-    return (_table(("tw", m, r, sign, 0), [v[0] for v in vals], (rest, r), device, dtype),
-            _table(("tw", m, r, sign, 1), [v[1] for v in vals], (rest, r), device, dtype))
+
+    def part(which: int):
+        return lambda: [_unit(j * k, m, sign)[which] for j in range(rest) for k in range(r)]
+
+    return (_table(("tw", m, r, sign, 0), part(0), (rest, r), device, dtype),
+            _table(("tw", m, r, sign, 1), part(1), (rest, r), device, dtype))
 
 
 def _dft_stacked(r: int, sign: int, which: int, parts: int, device, dtype) -> Node:
     """The factor of the real (``which`` 0) or imaginary (1) input parts in the last stage's
     contraction, shape (r, parts, r): [Re W, Im W] for real parts, [-Im W, Re W] for imaginary
     ones (``parts`` 1: the first alone)."""
-    vals = [_unit(j * k, r, sign) for k in range(r) for j in range(r)]
-    rows = [[v[0] for v in vals], [v[1] for v in vals]] if which == 0 else \
-        [[-v[1] for v in vals], [v[0] for v in vals]]
-    flat = []
-    for k in range(r):
-        for c in range(parts):
-            flat.extend(rows[c][k * r:(k + 1) * r])
-    return _table(("dft2", r, sign, which, parts), flat, (r, parts, r), device, dtype)
+    def values():
+        vals = [_unit(j * k, r, sign) for k in range(r) for j in range(r)]
+        rows = [[v[0] for v in vals], [v[1] for v in vals]] if which == 0 else \
+            [[-v[1] for v in vals], [v[0] for v in vals]]
+        flat = []
+        for k in range(r):
+            for c in range(parts):
+                flat.extend(rows[c][k * r:(k + 1) * r])
+        return flat
+
+    return _table(("dft2", r, sign, which, parts), values, (r, parts, r), device, dtype)
 
 
 # ------------------------------------------------------------------------------ planar arithmetic
@@ -255,18 +265,27 @@ def _bluestein(xr: Node, xi: Node | None, dim: int, sign: int, device, out: str,
     n = shape[dim]
     big = 1 << (2 * n - 2).bit_length()
     dtype = xr.dtype
-    chirp = [_unit(t * t, 2 * n, sign) for t in range(n)]
-    cr = _table(("chirp", n, sign, 0), [c[0] for c in chirp], (n,), device, dtype)
-    ci = _table(("chirp", n, sign, 1), [c[1] for c in chirp], (n,), device, dtype)
+
+    def chirp(count: int, which: int, scale: float = 1.0):
+        return lambda: [_unit(t * t, 2 * n, sign)[which] * scale for t in range(count)]
+
+    cr = _table(("chirp", n, sign, 0), chirp(n, 0), (n,), device, dtype)
+    ci = _table(("chirp", n, sign, 1), chirp(n, 1), (n,), device, dtype)
     ar, ai = _cmul(xr, xi, _along(cr, shape, dim), _along(ci, shape, dim))
     grow = tuple((0, big - n) if i == dim else (0, 0) for i in range(len(shape)))
     ar, ai = g.pad(ar, grow), g.pad(ai, grow)
     # conj(c_t) at t and at M - t, zero between: the kernel of the convolution, and its FFT.
-    kernel = [(0.0, 0.0)] * big
-    for t in range(n):
-        kernel[t] = kernel[(big - t) % big] = (chirp[t][0], -chirp[t][1])
-    br = _table(("kernel", n, sign, 0), [k[0] for k in kernel], (1, big), device, dtype)
-    bi = _table(("kernel", n, sign, 1), [k[1] for k in kernel], (1, big), device, dtype)
+    def kernel(which: int):
+        def values():
+            out = [0.0] * big
+            for t in range(n):
+                out[t] = out[(big - t) % big] = _unit(t * t, 2 * n, -sign)[which]
+            return out
+
+        return values
+
+    br = _table(("kernel", n, sign, 0), kernel(0), (1, big), device, dtype)
+    bi = _table(("kernel", n, sign, 1), kernel(1), (1, big), device, dtype)
     fr, fi = transform(br, bi, 1, -1, device)
     big_shape = g.pad(xr, grow).shape
     fr = _along(g.reshape(fr, (big,)), big_shape, dim)
@@ -275,9 +294,8 @@ def _bluestein(xr: Node, xi: Node | None, dim: int, sign: int, device, out: str,
     ar, ai = _cmul(ar, ai, fr, fi)
     ar, ai = transform(ar, ai, dim, 1, device)
     # X_k = c_k conv_k / M (the inverse above is unscaled)
-    post = [_unit(k * k, 2 * n, sign) for k in range(keep)]
-    pr = _table(("post", n, keep, sign, 0), [c[0] / big for c in post], (keep,), device, dtype)
-    pi = _table(("post", n, keep, sign, 1), [c[1] / big for c in post], (keep,), device, dtype)
+    pr = _table(("post", n, keep, sign, 0), chirp(keep, 0, 1 / big), (keep,), device, dtype)
+    pi = _table(("post", n, keep, sign, 1), chirp(keep, 1, 1 / big), (keep,), device, dtype)
     ar, ai = _narrow(ar, dim, 0, keep), _narrow(ai, dim, 0, keep)
     kept = ar.shape
     yr, yi = _cmul(ar, ai, _along(pr, kept, dim), _along(pi, kept, dim))
