@@ -34,7 +34,8 @@ EXPECTED_FILE = Path(__file__).with_name("opinfo_expected_failures.json")
 EXPECTED_OPENCL_FILE = Path(__file__).with_name("opinfo_expected_failures_opencl.json")
 EXPECTED_COMPILE_FILE = Path(__file__).with_name("opinfo_expected_failures_compile.json")
 COMPILE_PREFIX = "test_compile_forward_"
-DTYPES = ("float32", "float64", "int64", "int32", "bool", "float16", "bfloat16")
+DTYPES = ("float32", "float64", "int64", "int32", "bool", "float16", "bfloat16", "uint16", "uint32", "uint64",
+          "complex64", "complex128")
 
 
 def load(record_dir: Path, info: dict | None = None) -> dict[str, tuple[str, str]]:

@@ -66,7 +66,7 @@ import torch_zyx
 from torch_zyx.config import CONFIG
 
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.float16,
-          torch.bfloat16, torch.uint16, torch.uint32, torch.uint64, torch.complex64)
+          torch.bfloat16, torch.uint16, torch.uint32, torch.uint64, torch.complex64, torch.complex128)
 FULL = os.environ.get("ZYX_OPINFO_FULL", "") not in ("", "0")
 STRIDE = int(os.environ.get("ZYX_OPINFO_STRIDE", "12") or 12)
 RECORD_DIR = os.environ.get("ZYX_OPINFO_RECORD", "")
