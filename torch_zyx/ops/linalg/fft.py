@@ -164,55 +164,68 @@ def _cmul(ar: Node, ai: Node | None, br: Node, bi: Node) -> tuple[Node, Node]:
 def _last_stage(xr: Node, xi: Node | None, sign: int, device, out: str, keep: int | None):
     """The last stage (m == r) of ``_stage``: frequency k K + k_prev. Pairs come out of the
     contraction on an axis of their own (tables stacked per output part), so no join of
-    computed values follows the reduce."""
+    computed values follows the reduce. The contraction is (rows, parts, r): every output
+    but the pair axis is a row (see ``_stage``)."""
     P, r, K, Q = xr.shape
     n = r * K
     keep = n if keep is None else keep
     dtype = xr.dtype
     parts = 1 if out == "real" else 2
-    body = (P, 1, r, K, Q, parts, r)
+    full = (P, r, K, Q, parts, r)  # (P, k, k_prev, Q, part, j)
+    rows = P * keep * Q
     total = None
     for x, which in ((xr, 0), (xi, 1)):
         if x is None:
             continue
         table = g.broadcast_to(g.reshape(_dft_stacked(r, sign, which, parts, device, dtype),
-                                         (1, 1, r, 1, 1, parts, r)), body)
+                                         (1, r, 1, 1, parts, r)), full)
         x = g.permute(x, (0, 2, 3, 1))  # (P, K, Q, j)
-        term = _b("mul", g.expand(g.reshape(x, (P, 1, 1, K, Q, 1, r)), body), table)
+        term = _b("mul", g.expand(g.reshape(x, (P, 1, K, Q, 1, r)), full), table)
         total = term if total is None else _b("add", total, term)
     total = g.reshape(total, (P, n, Q, parts, r))
     if keep != n:
         total = g.shrink(total, ((0, P), (0, keep), (0, Q), (0, parts), (0, r)))
-    summed = g.reduce("sum", total, (4,))
+    summed = g.reduce("sum", g.reshape(total, (rows, parts, r)), (2,))
     return g.reshape(summed, (P, keep, Q) if out == "real" else (P, keep, Q, 2))
 
 
 def _stage(xr: Node, xi: Node | None, r: int, sign: int, device, out: str, keep: int | None):
     """One radix-``r`` stage on planar values of shape (P, m, K, Q): returns (P, m / r, r K, Q)
     planar (``out`` "planar"), or after the last stage (m == r) the result (P, r K, Q) as pairs
-    (P, keep, Q, 2) ("pairs", the first ``keep`` frequencies) or real parts ("real")."""
+    (P, keep, Q, 2) ("pairs", the first ``keep`` frequencies) or real parts ("real").
+
+    The contraction is written as (rows, r, r): every output axis but the new digit merged into
+    one leading axis of rows, the new digit after it (stored in that order; the next stage
+    reads it permuted, for free). Loop lowerings parallelize a reduce's leading axis, so this
+    gives every device all the rows to spread over its threads."""
     P, m, K, Q = xr.shape
-    rest = m // r
-    dtype = xr.dtype
-    body = (P, rest, r, K, Q, r)  # (..., output digit k, ..., contracted digit j)
-
-    def operand(x: Node) -> Node:
-        x = g.permute(g.reshape(x, (P, r, rest, K, Q)), (0, 2, 3, 4, 1))
-        return g.expand(g.reshape(x, (P, rest, 1, K, Q, r)), body)
-
     if out != "planar":
         return _last_stage(xr, xi, sign, device, out, keep)
-    wr, wi = (g.broadcast_to(g.reshape(w, (1, 1, r, 1, 1, r)), body)
-              for w in _dft_matrix(r, sign, device, dtype))
-    ar = operand(xr)
-    ai = None if xi is None else operand(xi)
-    pr, pi = _cmul(ar, ai, wr, wi)
-    yr = g.reshape(g.reduce("sum", pr, (5,)), body[:5])
-    yi = g.reshape(g.reduce("sum", pi, (5,)), body[:5])
+    rest = m // r
+    dtype = xr.dtype
+    rows = P * rest * K * Q
+    body = (rows, r, r)  # (row, output digit k, contracted digit j)
+
+    def operand(x: Node) -> Node:
+        x = g.permute(g.reshape(x, (P, r, rest, K, Q)), (0, 2, 3, 4, 1))  # (P, rest, K, Q, j)
+        return g.expand(g.reshape(x, (rows, 1, r)), body)
+
+    wr, wi = (g.broadcast_to(g.reshape(w, (1, r, r)), body) for w in _dft_matrix(r, sign, device, dtype))
+    pr, pi = _cmul(operand(xr), None if xi is None else operand(xi), wr, wi)
+    yr = g.reshape(g.reduce("sum", pr, (2,)), (rows, r))
+    yi = g.reshape(g.reduce("sum", pi, (2,)), (rows, r))
     if rest > 1:
-        tr, ti = (g.reshape(t, (1, rest, r, 1, 1)) for t in _twiddles(m, r, sign, device, dtype))
+        # T[j', k] per row: the table broadcast over (P, rest, K, Q, k), then merged as the rows
+        # are (a view of a loaded table: the twiddles multiply in the stage's own kernel).
+        tr, ti = (g.reshape(g.broadcast_to(g.reshape(t, (1, rest, 1, 1, r)), (P, rest, K, Q, r)), (rows, r))
+                  for t in _twiddles(m, r, sign, device, dtype))
         yr, yi = _cmul(yr, yi, tr, ti)
-    return g.reshape(yr, (P, rest, r * K, Q)), g.reshape(yi, (P, rest, r * K, Q))
+
+    def state(y: Node) -> Node:  # stored (P, rest, K, Q, k) -> (P, rest, k K, Q)
+        y = g.permute(g.reshape(y, (P, rest, K, Q, r)), (0, 1, 4, 2, 3))
+        return g.reshape(y, (P, rest, r * K, Q))
+
+    return state(yr), state(yi)
 
 
 # ------------------------------------------------------------------------------ one axis
