@@ -58,14 +58,28 @@ class LoopNestLowering:
             # read again for every row, is walked once in the outer loop while the narrow one
             # stays in cache (8 rows x 2048 columns: W streamed once, not 8 times).
             loop_order = [axes[-1]] + axes[:-1]
-        for n, axis in enumerate(loop_order):
-            steps = shape[axis] // factors[axis]
-            var = self.new_var(steps)
-            if n == 0:
-                ranges.append(self.open_range(var, "start", "end"))
-                global_size = steps
-            else:
-                ranges.append(self.open_range(var, 0, steps))
+        # The outer (parallel) range: the first axes in loop order, joined into one flat index.
+        # Work items side by side (GPUs, ``row_loops`` off) take one output (tile) each; CPU
+        # loops join leading axes until there are enough iterations to share among threads. The
+        # first axis alone gave a GPU 8 work items for 8 x 512 outputs (an FFT stage: 120 ms).
+        steps = [shape[axis] // factors[axis] for axis in loop_order]
+        joined = len(loop_order) if not self.options.row_loops else min(1, len(loop_order))
+        while joined < len(loop_order) and math.prod(steps[:joined]) < _MIN_OUTER:
+            joined += 1
+        if joined:
+            global_size = math.prod(steps[:joined])
+            var = self.new_var(global_size)
+            ranges.append(self.open_range(var, "start", "end"))
+            inner = 1
+            for axis, count in reversed(list(zip(loop_order[:joined], steps[:joined]))):
+                position = sym.div(var, inner) if inner > 1 else var
+                if inner * count < global_size:
+                    position = sym.mod(position, count)
+                dims_base[axis] = sym.mul(position, factors[axis])
+                inner *= count
+        for axis, count in zip(loop_order[joined:], steps[joined:]):
+            var = self.new_var(count)
+            ranges.append(self.open_range(var, 0, count))
             dims_base[axis] = sym.mul(var, factors[axis])
         lanes = []
         offsets = [range(factors[a]) for a in axes]
