@@ -126,3 +126,20 @@ def test_gradients():
         grads.append((x.grad.cpu(), y.grad.cpu()))
     for got, want in zip(*grads[::-1]):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_svd(dtype):
+    a = cmake((2, 4, 3), dtype, 14)
+    assert_close(torch.linalg.svdvals(z(a)), torch.linalg.svdvals(a), **tol(dtype))
+    assert_close(torch.linalg.matrix_norm(z(a), "nuc"), torch.linalg.matrix_norm(a, "nuc"), **tol(dtype))
+    assert_close(torch.linalg.cond(z(a[:, :3])), torch.linalg.cond(a[:, :3]), **tol(dtype))
+    # (the vectors' phases are arbitrary: checked through A = U S V^H and U^H U = V^H V = I)
+    for x in (a, a.mT, a[:, :3].conj()):
+        U, S, Vh = (t.cpu() for t in torch.linalg.svd(z(x), full_matrices=False))
+        close = torch.testing.assert_close
+        close(S, torch.linalg.svdvals(x), **tol(dtype))
+        close(U @ torch.diag_embed(S.to(dtype)) @ Vh, x, **tol(dtype))
+        eye = torch.eye(S.shape[-1], dtype=dtype)
+        close(U.mH @ U, eye.expand(U.mH.shape[:-1] + (S.shape[-1],)), **tol(dtype))
+        close(Vh @ Vh.mH, eye.expand(Vh.shape[:-1] + (S.shape[-1],)), **tol(dtype))

@@ -269,6 +269,21 @@ def complex_(real, imag):
     return wrap_pairs(join(r, i), device_of(real, imag))
 
 
+_SCALAR_NAMES = {torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+
+
+@register_complex(aten.complex.out)
+def complex_out(real, imag, *, out):
+    """``torch.complex(..., out=)``: ATen wants ``out`` of exactly the result's dtype."""
+    result = complex_(real, imag)
+    if out.dtype != result.dtype:
+        raise RuntimeError(f"Expected object of scalar type {_SCALAR_NAMES[result.dtype]} but got scalar "
+                           f"type {_SCALAR_NAMES.get(out.dtype, out.dtype)} for argument 'out'")
+    if tuple(out.shape) != tuple(result.shape):
+        aten.resize_.default(out, result.shape)
+    return aten.copy_.default(out, result)
+
+
 # (also the real table's: its operands are real, so dispatch's gate may not see complex values)
 @register(aten.polar.default)
 @register_complex(aten.polar.default)
