@@ -158,6 +158,8 @@ class AttentionLowering:
         nd = len(q.shape)
         budget = self.options.tile_local_memory or self.options.local_memory
         tile = self.options.attention_tile or attention_tile(depth, depth_v, budget)
+        if budget and shared_bytes(tile, depth, depth_v) > budget:  # (an autotuner's choice)
+            raise ValueError(f"zyx: attention tile {tile} needs more than {budget} bytes of shared memory")
         bm, bn, tiles = tile.rows, tile.keys, tile.row_tiles
         items = 32 * tile.warps
         m_blocks, steps = -(-length // bm), -(-keys // bn)

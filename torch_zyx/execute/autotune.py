@@ -3,8 +3,9 @@
 Part of the executor, run where a plan's kernel is lowered for the first time
 (``realize._build_plan``) when ``ZYX_AUTOTUNE`` is 1 or 2. The heuristics pick one set of
 ``LoweringOptions`` per device; the autotuner lowers the kernel under variants of them
-(``variants``: each block tile of a GPU matmul, other work-group sizes, the other vector width,
-CPU row kernels pipelined or not; level 2 adds more block tiles), renders each, and keeps the
+(``variants``: each block tile of a GPU matmul, each tensor-core and attention tile, other
+work-group sizes, the other vector width, CPU row kernels pipelined or not; level 2 adds more
+block tiles), renders each, and keeps the
 distinct sources: a variant that changes nothing in this kernel is no candidate. With more than
 one candidate it searches: each is compiled and run on buffers of the kernel's own slot sizes
 (inputs and temporaries holding random values, never the plan's: a compiled graph's are
@@ -36,6 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen.lower import LoweringOptions, lower
+from ..codegen.lower_attention import LARGE_HEAD_TILES
+from ..codegen.lower_attention import TILES as ATTENTION_TILES
 from ..codegen.lower_tiles import GPU_TILES, BlockTile
 from ..config import CONFIG, DEBUG_AUTOTUNE
 from ..counters import bump
@@ -60,6 +63,8 @@ def variants(options: LoweringOptions, renderer: str, level: int) -> list[tuple[
     if options.tensor_cores:
         out += [(f"tensor-core tile {t.bm}x{t.bn}x{t.bk}/{t.warps_m}x{t.warps_n} warps",
                  dataclasses.replace(options, mma_tiles=(t,))) for t in options.mma_tiles]
+        out += [(f"attention tile {t.rows} rows/{t.warps} warps, {t.keys} keys",
+                 dataclasses.replace(options, attention_tile=t)) for t in ATTENTION_TILES + LARGE_HEAD_TILES]
     if options.group_size:
         out += [(f"group {size}", dataclasses.replace(options, group_size=size))
                 for size in (128, 512) if size != options.group_size]
