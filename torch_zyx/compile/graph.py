@@ -536,6 +536,8 @@ class CompiledGraph:
                 isinstance(a, torch.Tensor) and a.is_cuda and a.untyped_storage().data_ptr() % ALIGNMENT
                 for a in args):
             return self._cannot_trace("a cuda tensor's memory is not 64-byte aligned")
+        if any(isinstance(a, torch.Tensor) and a.is_complex() for a in args):
+            return self._op_by_op("complex inputs")
         slot_of_input, placeholders, storage_of = [], [], {}
         slot_input: dict[int, int] = {}  # id(SlotBuffer) -> input index
         input_storages: dict[int, int] = {}  # id(placeholder Storage) -> input index
@@ -585,6 +587,8 @@ class CompiledGraph:
                 continue
             if not isinstance(out, ZyxTensor):
                 return self._cannot_trace(f"an output on {out.device}")
+            if out.is_complex():
+                return self._op_by_op("complex outputs")
             storage = out._storage
             meta = (tuple(out.shape), out.stride(), out.storage_offset())
             node = storage._shaped or storage._value
@@ -621,6 +625,11 @@ class CompiledGraph:
             raise NotImplementedError(f"zyx: {self.name} cannot be compiled into one plan ({reason}) and "
                                       "ZYX_CPU_FALLBACK=0") from (reason if isinstance(reason, Exception) else None)
         log.warning("zyx: %s cannot be compiled into one plan (%s); it runs op by op", self.name, reason)
+
+    def _op_by_op(self, reason: str) -> None:
+        """A graph that runs op by op through zyx's own lowerings (a plan binds buffers of real
+        dtypes: complex tensors are pairs of them, record/complex.py), as eager code would."""
+        log.info("zyx: %s runs op by op on zyx (%s)", self.name, reason)
 
     def _eager(self, args):
         """The graph op by op: through zyx's dispatch for zyx tensors (each op lowered, or run on
