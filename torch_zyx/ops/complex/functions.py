@@ -93,13 +93,12 @@ def log1p(p: Node) -> Node:
 
 
 def asinh(p: Node) -> Node:
-    """asinh z = log1p(w + w² / (1 + sqrt(1 + w²))) for w = ±z of real part >= 0 (asinh is odd,
-    and there the sum has no cancellation); past |z| = 1e4 (1e8 in double), where w² would lose
-    everything or overflow, log(2w) (off by O(1/w²))."""
-    x = re(p)
-    flip = _b("lt", x, _c(0.0, x))
-    flip2 = g.broadcast_to(g.reshape(flip, (*flip.shape, 1)), p.shape)
-    w = g.where(flip2, _u("neg", p), p)
+    """asinh z = log1p(w + w² / (1 + sqrt(1 + w²))) for w = |x| + |y| i, signs copied back
+    after (asinh is odd and commutes with conj, and as glibc's casinh this keeps signed zeros
+    on the branch cuts: 1 + w² never meets the cut of sqrt); past |z| = 1e4 (1e8 in double),
+    where w² would lose everything or overflow, log(2w) (off by O(1/w²))."""
+    x, y = re(p), im(p)
+    w = join(_u("abs", x), _u("abs", y))
     w2 = mul(w, w)
     one = _one(p)
     near = log1p(_b("add", w, div(w2, _b("add", one, sqrt(_b("add", one, w2))))))
@@ -108,7 +107,7 @@ def asinh(p: Node) -> Node:
     big = _b("lt", _c(limit, x), magnitude(w))
     big2 = g.broadcast_to(g.reshape(big, (*big.shape, 1)), p.shape)
     out = g.where(big2, far, near)
-    return g.where(flip2, _u("neg", out), out)
+    return join(_b("copysign", re(out), x), _b("copysign", im(out), y))
 
 
 def asin(p: Node) -> Node:
@@ -124,10 +123,14 @@ def acos(p: Node) -> Node:
 
 def acosh(p: Node) -> Node:
     """Kahan's acosh z = 2 log(sqrt((z + 1) / 2) + sqrt((z - 1) / 2)): both roots lie in the
-    same quadrant, so their sum does not cancel (real part >= 0 as glibc's cacosh)."""
+    same quadrant, so their sum does not cancel (real part >= 0 as glibc's cacosh). The
+    imaginary part takes y's sign, -0 included (z + 1 would turn -0 into +0)."""
+    y = im(p)
+    q = join(re(p), _u("abs", y))  # (computed for |y|, its sign copied back: glibc's signed zeros)
     one, half = _one(p), _c(0.5, p)
-    s = _b("add", sqrt(_b("mul", _b("add", p, one), half)), sqrt(_b("mul", _b("sub", p, one), half)))
-    return _b("mul", log(s), _c(2.0, p))
+    s = _b("add", sqrt(_b("mul", _b("add", q, one), half)), sqrt(_b("mul", _b("sub", q, one), half)))
+    r = _b("mul", log(s), _c(2.0, p))
+    return join(re(r), _b("copysign", im(r), y))
 
 
 def atanh(p: Node) -> Node:
