@@ -151,7 +151,12 @@ class MathBuilder:
         return self.select(self.cmp("ogt", a, self.c(hi)), self.c(hi), a)
 
     def copysign(self, mag: str, sign: str) -> str:
-        return self._intrinsic("copysign", [mag, sign])
+        """``mag``'s magnitude with ``sign``'s sign bit (bit-exact, NaNs and zeros included),
+        written as a choice between ``|mag|`` and ``-|mag|``: LLVM's code generator, given IR
+        the optimizer had not seen, failed an assertion (a shift of mismatched types) on
+        ``llvm.copysign`` or its and/or bit form when ``sign`` was a widened bfloat16."""
+        magnitude = self.abs(mag)
+        return self.select(self.signbit(sign), self.neg(magnitude), magnitude)
 
     def cmp(self, pred: str, a: str, b: str) -> str:
         return self.emit(f"fcmp {pred} {self.m.t} {a}, {b}")
