@@ -382,21 +382,20 @@ static uint64_t lanes[32][32];
 extern "C" void zyx_syncthreads() { block_barrier->arrive_and_wait(); }
 // Every lane of the warp takes part (as __shfl_down_sync's full mask requires); a lane past
 // the warp's last keeps its own value.
-extern "C" uint64_t zyx_shuffle_down(uint64_t bits, int offset) {
+// ``bits`` of the warp's lane ``source`` (this lane's own where ``source`` is past the warp).
+static uint64_t zyx_exchange(uint64_t bits, unsigned source) {
   unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   lanes[warp][lane] = bits;
   warp_barriers[warp]->arrive_and_wait();
-  uint64_t out = lane + offset < 32 ? lanes[warp][lane + offset] : bits;
+  uint64_t out = source < 32 ? lanes[warp][source] : bits;
   warp_barriers[warp]->arrive_and_wait();
   return out;
 }
+extern "C" uint64_t zyx_shuffle_down(uint64_t bits, int offset) {
+  return zyx_exchange(bits, threadIdx.x % 32 + offset);
+}
 extern "C" uint64_t zyx_shuffle_xor(uint64_t bits, int mask) {
-  unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  lanes[warp][lane] = bits;
-  warp_barriers[warp]->arrive_and_wait();
-  uint64_t out = lanes[warp][(lane ^ mask) % 32];
-  warp_barriers[warp]->arrive_and_wait();
-  return out;
+  return zyx_exchange(bits, (threadIdx.x % 32) ^ mask);
 }
 // Each lane's four registers of a fragment it holds (PACK), gathered for every lane of its warp.
 static uint32_t fragments[32][32][4];
@@ -454,22 +453,19 @@ extern "C" void zyx_run(unsigned grid, unsigned block, void (*body)(void*), void
 #define ZYX_DYNAMIC_SHARED(name, size) static __align__(16) unsigned char name[size]
 #define __align__(n) __attribute__((aligned(n)))
 #define __syncthreads() zyx_syncthreads()
+// A register of another lane (a value of at most 8 bytes, moved as its bits).
+template <class T> static T zyx_shuffled(T v, uint64_t (*exchange)(uint64_t, int), int how) {
+  static_assert(sizeof(T) <= 8, "");
+  uint64_t bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  bits = exchange(bits, how);
+  memcpy(&v, &bits, sizeof(T));
+  return v;
+}
 template <class T> static T __shfl_down_sync(unsigned, T v, int offset) {
-  static_assert(sizeof(T) <= 8, "");
-  uint64_t bits = 0;
-  memcpy(&bits, &v, sizeof(T));
-  bits = zyx_shuffle_down(bits, offset);
-  memcpy(&v, &bits, sizeof(T));
-  return v;
+  return zyx_shuffled(v, zyx_shuffle_down, offset);
 }
-template <class T> static T __shfl_xor_sync(unsigned, T v, int mask) {
-  static_assert(sizeof(T) <= 8, "");
-  uint64_t bits = 0;
-  memcpy(&bits, &v, sizeof(T));
-  bits = zyx_shuffle_xor(bits, mask);
-  memcpy(&v, &bits, sizeof(T));
-  return v;
-}
+template <class T> static T __shfl_xor_sync(unsigned, T v, int mask) { return zyx_shuffled(v, zyx_shuffle_xor, mask); }
 template <class A, class B> static auto max(A a, B b) {
   using T = std::common_type_t<A, B>;
   return (T)a < (T)b ? (T)b : (T)a;

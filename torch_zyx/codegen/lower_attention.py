@@ -36,7 +36,7 @@ from ..lazy.graph import Node
 from ..lazy.panels import read_stride
 from . import symbolic as sym
 from .index import Index
-from .lower_tiles import _PackedBlock
+from .lower_tiles import _PACKED_PAD, _PackedBlock
 from .symbolic import Expr
 
 ATTENTION = "ATTENTION"
@@ -64,16 +64,15 @@ TILES = (AttentionTile(row_tiles=2, keys=64, warps=8), AttentionTile(row_tiles=2
          AttentionTile(row_tiles=2, keys=32, warps=4))
 LARGE_HEAD_TILES = (AttentionTile(row_tiles=1, keys=64, warps=8),
                     AttentionTile(row_tiles=1, keys=32, warps=4))
-_PAD = 8  # (lower_tiles._PACKED_PAD: rows 16 bytes apart modulo the banks)
 
 
 def shared_bytes(tile: AttentionTile, depth: int, depth_v: int) -> int:
     """Group-shared memory of a kernel with ``tile``'s blocks: two stages of the key and value
     blocks, the query block in the key block's arrays when it fits there (it is read into
     registers before the first keys are staged), else beside them (16-bit elements)."""
-    keys = 2 * tile.keys * (depth + _PAD)
-    queries = tile.rows * (depth + _PAD)
-    return 2 * (keys + 2 * tile.keys * (depth_v + _PAD) + (0 if queries <= keys else queries))
+    keys = 2 * tile.keys * (depth + _PACKED_PAD)
+    queries = tile.rows * (depth + _PACKED_PAD)
+    return 2 * (keys + 2 * tile.keys * (depth_v + _PACKED_PAD) + (0 if queries <= keys else queries))
 
 
 def attention_tile(depth: int, depth_v: int, budget: int) -> AttentionTile | None:
@@ -124,14 +123,9 @@ class _HeadBlock(_PackedBlock):
         self.stages = stages
         self.start: Expr = sym.Num(0)
         self.k_start: Expr = sym.Num(0)
-        self.pitch = (self.tile.bk if self.along_k else self.width) + _PAD
-        self.size = (self.width if self.along_k else self.tile.bk) * self.pitch
+        self.layout()
         # (Not ``allocate``: the caller gives it an array, maybe another block's while unused.)
         self.shared = self.allocate() if allocate else -1
-
-    def allocate(self) -> int:
-        return self.lowerer.add("LOCAL", self.operand.dtype, (), (self.stages * self.size, "stored"),
-                                pure=False)
 
     def index_of(self, position: Expr, k_step: Expr, kk: Expr) -> Index:
         """Where the operand is read for ``position`` (from ``start``) and ``kk`` (from

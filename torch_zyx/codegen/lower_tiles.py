@@ -410,10 +410,17 @@ class _PackedBlock(_Block):
     an item stores the four neighbours it loaded as one vector and the warp's stores cover
     whole rows (no bank conflicts)."""
 
-    def allocate(self) -> int:
+    stages = STAGES
+
+    def layout(self) -> None:
+        """``pitch`` and ``size`` (one stage's elements) of the shared block."""
         self.pitch = (self.tile.bk if self.along_k else self.width) + _PACKED_PAD
         self.size = (self.width if self.along_k else self.tile.bk) * self.pitch
-        return self.lowerer.add("LOCAL", self.operand.dtype, (), (STAGES * self.size, "stored"), pure=False)
+
+    def allocate(self) -> int:
+        self.layout()
+        return self.lowerer.add("LOCAL", self.operand.dtype, (), (self.stages * self.size, "stored"),
+                                pure=False)
 
     def load(self, k_step: Expr) -> list[tuple[Expr, int]]:
         """This item's elements of step ``k_step``'s block: runs of four neighbours along the

@@ -155,6 +155,15 @@ def attention(q: Node, k: Node, v: Node, scale: Node, causal: bool, output: int 
     return Node(ATTENTION, (int(causal), 1), (q, k, v, scale), dtypes.float32, q.shape[:-1])
 
 
+def causal_keep(shape: tuple[int, ...]) -> Node:
+    """True where key ``j`` (the last axis of ``shape``) may be attended from query ``i`` (the
+    one before) under PyTorch's ``is_causal``: ``j <= i``, broadcast over the leading axes."""
+    *batch, length, keys = shape
+    row = g.expand(g.reshape(g.iota((length,)), (length, 1)), (length, keys))
+    col = g.expand(g.reshape(g.iota((keys,)), (1, keys)), (length, keys))
+    return g.expand(g.reshape(g.binary("le", col, row), (1,) * len(batch) + (length, keys)), tuple(shape))
+
+
 def attention_parts(q: Node, k: Node, v: Node, scale: Node, causal: bool) -> tuple[Node, Node]:
     """Attention and its rows' log-sum-exp as primitives (in float32 for half inputs): the
     scores ``q k^T`` scaled and masked, the row maximum shifted out before the exponentials,
@@ -173,10 +182,7 @@ def attention_parts(q: Node, k: Node, v: Node, scale: Node, causal: bool) -> tup
     scale = g.expand(g.reshape(g.cast(scale, acc), (1,) * len(scores_shape)), scores_shape)
     scores = g.binary("mul", scores, scale)
     if causal:
-        row = g.expand(g.reshape(g.iota((length,)), (length, 1)), (length, keys))
-        col = g.expand(g.reshape(g.iota((keys,)), (1, keys)), (length, keys))
-        keep = g.expand(g.reshape(g.binary("le", col, row), (1,) * nd + (length, keys)), scores_shape)
-        scores = g.where(keep, scores, g.const(float("-inf"), acc, scores_shape))
+        scores = g.where(causal_keep(scores_shape), scores, g.const(float("-inf"), acc, scores_shape))
     m = g.reduce("max", scores, (nd + 1,))
     m = g.where(g.finite(m), m, g.const(0.0, acc, m.shape))
     e = g.unary("exp", g.binary("sub", scores, g.expand(m, scores_shape)))

@@ -417,12 +417,13 @@ class Kernelizer:
         def emit(kernel: ScheduledKernel, merge: bool) -> None:
             index = len(kernels)
             if merge and kernel.stores[0].view is None:
+                alone = not self.merge_matmuls and _has_matmul(kernel)
                 for k_index in range(len(kernels) - 1, -1, -1):
                     other = kernels[k_index]
                     if (other.stores[0].view is None and other.shape == kernel.shape
                             and composite.ATTENTION not in (other.stores[0].value.op,
                                                             kernel.stores[0].value.op)
-                            and (self.merge_matmuls or not (_has_matmul(kernel) or _has_matmul(other)))
+                            and not alone and (self.merge_matmuls or not _has_matmul(other))
                             and len(other.stores) + len(kernel.stores) <= MAX_MERGED_STORES
                             and all(d < k_index for d in kernel.depends) and k_index not in kernel.depends
                             and not _writes_loaded(other, kernel)

@@ -24,7 +24,7 @@ from ...lazy.graph import Node
 from ...record.complex import ComplexStorage
 from ...record.tensor import Storage, ZyxTensor, read, reinterpreted
 from ...record.transfer import COMPLEX_TO_ZYX, TORCH_TO_ZYX, ZYX_TO_TORCH
-from ..registry import LoweringTable, broadcast_shape
+from ..registry import LoweringTable, broadcast_shape, device_of  # noqa: F401  (re-exported)
 
 COMPLEX = LoweringTable()
 PROMOTE_DEFAULT = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
@@ -139,17 +139,6 @@ def wrap_pairs(node: Node, device) -> ZyxTensor:
     storage = reinterpreted(root, COMPLEX_TO_ZYX[COMPLEX_OF[node.dtype]])
     shape = node.shape[:-1]
     return ZyxTensor(storage, shape, g.contiguous_strides(shape), 0)
-
-
-def device_of(*args):
-    for a in args:
-        if isinstance(a, ZyxTensor):
-            return a._storage.device
-        if isinstance(a, (list, tuple)):
-            found = device_of(*a)
-            if found is not None:
-                return found
-    return None
 
 
 def promote(*args, kind=PROMOTE_DEFAULT) -> tuple[torch.dtype, torch.dtype]:

@@ -87,14 +87,10 @@ def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_
     scores = matmul_nodes(q, _transposed(k))  # [..., L, S] in acc
     scores = g.binary("mul", scores, g.const(scale_value, acc, scores.shape))
     shape = scores.shape
-    length, keys = shape[-2:]
     lse = g.expand(g.reshape(g.cast(read(logsumexp), acc), shape[:-1] + (1,)), shape)
     p = g.unary("exp", g.binary("sub", scores, lse))
     if is_causal:
-        row = g.expand(g.reshape(g.iota((length,)), (length, 1)), (length, keys))
-        col = g.expand(g.reshape(g.iota((keys,)), (1, keys)), (length, keys))
-        keep = g.expand(g.reshape(g.binary("le", col, row), (1,) * (nd - 2) + (length, keys)), shape)
-        p = g.where(keep, p, g.const(0.0, acc, shape))
+        p = g.where(composite.causal_keep(shape), p, g.const(0.0, acc, shape))
     p_low = g.cast(p, dtype)
     device = query._storage.device
     grads = [None, None, None, None]
