@@ -94,6 +94,12 @@ class LoweringOptions:
     # The blocks of fused attention kernels (``lower_attention``; None: its default).
     attention_tile: AttentionTile | None = None
 
+    @property
+    def tile_budget(self) -> int:
+        """Bytes of group-shared memory a block tile or fused attention group may use (0: no
+        bound)."""
+        return self.tile_local_memory or self.local_memory
+
 
 def _reduce_init(op: str, dtype) -> object:
     if op in _REDUCE_INIT:
@@ -748,7 +754,7 @@ def kept_composites(options: LoweringOptions):
     if not options.tensor_cores:
         return None
     return functools.partial(keeps_attention, tensor_cores=options.tensor_cores,
-                             local_memory=options.tile_local_memory or options.local_memory)
+                             local_memory=options.tile_budget)
 
 
 def lower(kernel: ScheduledKernel, name: str, buffer_dtypes: list,

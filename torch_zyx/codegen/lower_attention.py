@@ -150,7 +150,7 @@ class AttentionLowering:
         *batch_shape, length, depth = q.shape
         keys, depth_v = k.shape[-2], v.shape[-1]
         nd = len(q.shape)
-        budget = self.options.tile_local_memory or self.options.local_memory
+        budget = self.options.tile_budget
         tile = self.options.attention_tile or attention_tile(depth, depth_v, budget)
         if budget and shared_bytes(tile, depth, depth_v) > budget:  # (an autotuner's choice)
             raise ValueError(f"zyx: attention tile {tile} needs more than {budget} bytes of shared memory")

@@ -116,7 +116,7 @@ class BlockTileLowering:
         if min(m, n, k) < MIN_SIDE or not all(self._epilogue_of(v, reduce, shape, {}) for v in values):
             return None
         batch = math.prod(src.shape[:-3])
-        budget = self.options.tile_local_memory or self.options.local_memory or 1 << 30
+        budget = self.options.tile_budget or 1 << 30
         narrow_a, narrow_b = _narrow(a), _narrow(b)
         if narrow_a.dtype == narrow_b.dtype and narrow_a.dtype.name in self.options.tensor_cores:
             a, b = narrow_a, narrow_b
