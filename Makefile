@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp
 # Pinned on purpose: a loose `torch` requirement resolves to a multi-GB CUDA build.
 TORCH_VERSION := 2.13.0
 
-.PHONY: venv demo test test-opencl test-cuda test-ops fuzz opinfo-expected opinfo-expected-opencl bench lint ocl clean
+.PHONY: venv demo test test-opencl test-cuda test-ops fuzz fuzz-cuda opinfo-expected opinfo-expected-opencl bench lint ocl clean
 
 venv: $(STAMP)
 
@@ -105,13 +105,24 @@ opinfo-expected: venv
 	$(VPY) tests/opinfo_report.py $(OPINFO_RECORD) --write
 
 # The random-program fuzzer (tests/test_fuzz.py) at length: 10,000 programs with a random seed on
-# the CPU backend, then on OpenCL where it is available (make test runs 200 with a fixed seed).
+# the CPU backend, then on OpenCL and CUDA where they are available (make test runs 200 with a
+# fixed seed). FUZZ_JOBS processes share each backend's programs (each its own random seed).
 FUZZ_EXAMPLES ?= 10000
+FUZZ_JOBS ?= 1
+FUZZ_RUN = seq $(FUZZ_JOBS) | xargs -P $(FUZZ_JOBS) -I{} env $(2) ZYX_FUZZ_RANDOM=1 \
+  ZYX_FUZZ_EXAMPLES=$$(( $(FUZZ_EXAMPLES) / $(FUZZ_JOBS) )) $(1) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 fuzz: venv ocl
-	ZYX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ZYX_FUZZ_RANDOM=1 $(VPY) -m pytest -q tests/test_fuzz.py
+	$(call FUZZ_RUN,$(VPY))
 	@if $(VPY) -c "import pyopencl as cl; assert cl.get_platforms()" >/dev/null 2>&1; then \
-	  ZYX_BACKENDS=opencl ZYX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ZYX_FUZZ_RANDOM=1 $(VPY) -m pytest -q tests/test_fuzz.py; \
+	  $(call FUZZ_RUN,$(VPY),ZYX_BACKENDS=opencl); \
 	else echo "fuzz: OpenCL skipped: no OpenCL platform"; fi
+	@$(MAKE) --no-print-directory fuzz-cuda CUDA_PY=$(VPY)
+
+# The CUDA part of make fuzz (CUDA_PY as for test-cuda); skipped with the reason without a GPU.
+fuzz-cuda:
+	@why=$$($(CUDA_PY) -c "from torch_zyx.runtime.cuda import probe; print(probe()[1])" 2>&1 | tail -1); \
+	if [ -z "$$why" ]; then $(call FUZZ_RUN,$(CUDA_PY),ZYX_BACKENDS=cuda); \
+	else echo "fuzz: CUDA skipped: $$why"; fi
 
 bench: venv
 	$(VPY) bench/bench.py
