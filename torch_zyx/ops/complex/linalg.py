@@ -1,5 +1,6 @@
 """Complex dense linear algebra: LU with partial pivoting and what is built on it (solve, inverse,
-determinants, LU solves and unpacking), triangular solves, Cholesky and its solves, addbmm.
+determinants, LU solves and unpacking), triangular solves, Cholesky and its solves, addbmm;
+the ``Cz`` matrices that decompositions.py (QR, eigh, SVD) is written with too.
 
 Lowerings of the complex table (ops/complex/base.py), the complex twins of ops/linalg/dense.py:
 the same step loops (each step's number is data, so every step runs the same kernels), written
@@ -16,7 +17,6 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...record.tensor import read, wrap
-from ..core.movement import concat_nodes
 from ..linalg.dense import batch_info, permutation, pivots_int32, raise_errors
 from ..linalg.lazymat import Lz, diagonal, index, mask, step, stored, where, zeros
 from ..registry import aten, broadcast_shape
@@ -523,32 +523,3 @@ def addbmm(bias, a, b, beta=1, alpha=1):
         return total
     return aten.add.Tensor(aten.mul.Scalar(bias, beta) if beta != 1 else bias, total)
 
-
-@register_complex(aten._linalg_svd.default)
-def linalg_svd(a, full_matrices=False, compute_uv=True, *, driver=None):
-    """Through the real SVD of E = [[X, -Y], [Y, X]] for A = X + iY: each singular value of A is
-    one of E twice, with E's vectors ([a; b], [c; d]) and their images under i. So every other
-    value of E's (descending) is A's, and from that column u = a + ib, v = c + id satisfy
-    A v = σ u: a valid complex pair (its phase, arbitrary anyway, not LAPACK's). Full matrices of
-    a non-square A are declined: E's null-space basis need not pair up that way."""
-    if not a.is_complex():
-        raise NotImplementedError
-    x = _matrix(a, "linalg.svd")
-    *_, m, n = x.shape
-    if full_matrices and compute_uv and m != n:
-        raise NotImplementedError
-    nd = len(x.shape)
-    top = concat_nodes([x.re.node, (-x.im).node], nd - 1)
-    bottom = concat_nodes([x.im.node, x.re.node], nd - 1)
-    real = wrap(concat_nodes([top, bottom], nd - 2), a._storage.device)
-    u, s, vh = aten._linalg_svd.default(real, False, compute_uv)
-    contiguous = torch.contiguous_format
-    s = aten.clone.default(s[..., ::2], memory_format=contiguous)
-    if not compute_uv:
-        empty = czeros((0,), x.dtype)
-        return cout(empty, a), s, cout(empty, a)
-    u = u[..., ::2]
-    v = vh.mT[..., ::2]
-    U = aten.complex.default(u[..., :m, :].contiguous(), u[..., m:, :].contiguous())
-    Vh = aten.complex.default(v[..., :n, :].mT.contiguous(), (-v[..., n:, :].mT).contiguous())
-    return U, s, Vh
