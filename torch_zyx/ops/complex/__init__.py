@@ -1,7 +1,8 @@
 """Lowerings of ops on complex64 / complex128 values (real pairs, record/complex.py): ``base``
 holds the table dispatch consults for them and the pair arithmetic, ``creation`` factories,
 copies, casts and views, ``math`` elementwise math, reductions and matmul, ``linalg`` LU,
-solves and Cholesky, ``decompositions`` QR, eigh, SVD and what is built on them."""
+solves and Cholesky, ``decompositions`` QR, eigh and SVD,
+``spectral`` pinv, lstsq and matrix_exp built on them."""
 
 from . import (  # noqa: F401  (registration)
     creation,
@@ -12,5 +13,6 @@ from . import (  # noqa: F401  (registration)
     prims,
     reductions,
     selection,
+    spectral,
 )
 from .base import COMPLEX, involved, wrap_pairs  # noqa: F401
