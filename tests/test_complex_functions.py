@@ -1,8 +1,10 @@
 """Complex functions, reductions, scans and the prims decompositions leave for complex values,
 against CPU torch (tests/test_complex.py has the basics): expm1/log1p, the inverse
 trigonometric and hyperbolic functions (branch cuts and special values included), pow in all
-its overloads, var/std, cumsum/cumprod, padding, closeness, put/masked_scatter and 0-d
-scatters. CPU fallback off: every op here is a zyx lowering."""
+its overloads, var/std, cumsum/cumprod/logcumsumexp, padding, closeness, put/masked_scatter,
+0-d scatters and scatter's reduce= argument. CPU fallback off: every op here is a zyx lowering."""
+
+import warnings
 
 import pytest
 import torch
@@ -137,3 +139,36 @@ def test_closeness_and_selection():
     assert r.dtype == torch.float64 and r.device.type == "zyx"
     grown = torch.ops.aten.resize(zz, (4, 4))
     assert torch.equal(grown.cpu()[:3], z) and torch.equal(grown.cpu()[3], torch.zeros(4, dtype=z.dtype))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_logcumsumexp(dtype):
+    # Wide values, so the running value's imaginary part leaves (-π, π] and must follow ATen's
+    # sequential scan's branch; infinities and a NaN take ATen's special cases.
+    z = cmake((4, 37), dtype, seed=11, scale=6.0)
+    z[0, 3], z[1, 5], z[1, 6] = complex(float("-inf"), 0), complex(float("inf"), 1), complex(float("inf"), 2)
+    z[2, 7], z[3, 0] = complex(float("nan"), 0), complex(float("-inf"), 2)
+    zz = z.to("zyx")
+    for d in (0, 1, -1):
+        got, want = torch.logcumsumexp(zz, d), torch.logcumsumexp(z, d)
+        assert got.dtype == want.dtype
+        assert_close(got, want, equal_nan=True, **tol(dtype))
+    assert_close(torch.logcumsumexp(zz[0, 1], 0), torch.logcumsumexp(z[0, 1], 0))
+    assert torch.logcumsumexp(zz[:, :0], 1).shape == (4, 0)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_scatter_reduce_argument(dtype):
+    z, src = cmake((3, 4), dtype, seed=12), cmake((2, 4), dtype, seed=13)
+    idx = torch.tensor([[0, 1, 0, 2], [0, 0, 1, 2]])
+    zz, iz, sz = z.to("zyx"), idx.to("zyx"), src.to("zyx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch deprecates reduce= with a tensor src)
+        for reduce in ("add", "multiply"):
+            for value, zvalue in ((src, sz), (2.5, 2.5), (1 - 2j, 1 - 2j)):
+                got, want = zz.scatter(0, iz, zvalue, reduce=reduce), z.scatter(0, idx, value, reduce=reduce)
+                assert got.dtype == want.dtype
+                assert_close(got, want, **tol(dtype))
+        with pytest.raises(RuntimeError, match="reduce argument must be either add or multiply"):
+            zz.scatter(0, iz, sz, reduce="max")
+    assert_close(zz.scatter(0, iz, 1 + 1j), z.scatter(0, idx, 1 + 1j))

@@ -496,10 +496,12 @@ def gather(x, dim, index, sparse_grad=False):
     return _complex_result(aten.gather.default(_real_view(x), dim, _pair_index(index)))
 
 
-@register_complex(aten.scatter.src)
+@register_complex(aten.scatter.src, aten.scatter.value)
 def scatter(x, dim, index, src):
-    if not x.is_complex() or not isinstance(src, torch.Tensor):
+    if not x.is_complex():
         raise NotImplementedError
+    if not isinstance(src, torch.Tensor):  # (a number: every entry of the index writes it)
+        src = _like(src, x).expand(index.shape)
     if x.dim() == 0:
         wrap_dim(dim, 0)
         return scatter(x.reshape(1), 0, index.reshape(-1), src.reshape(-1)).reshape(())
@@ -517,6 +519,33 @@ def scatter_add(x, dim, index, src):
     dim = wrap_dim(dim, x.dim())
     return _complex_result(aten.scatter_add.default(_real_view(x), dim, _pair_index(index),
                                                     _real_view(_like(src, x))))
+
+
+@register_complex(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_reduce(x, dim, index, src, reduce):
+    """``scatter(..., reduce=)``: "add" is scatter_add (a value ``src`` expanded to the index);
+    "multiply" multiplies each element by the product of the entries landing on it, in polar
+    form (magnitudes multiplied, angles added: the real scatters do both), so elements no
+    entry reaches keep their exact value."""
+    if not x.is_complex():
+        raise NotImplementedError
+    if reduce not in ("add", "multiply"):
+        raise RuntimeError("reduce argument must be either add or multiply.")
+    if not isinstance(src, torch.Tensor):
+        src = _like(src, x).expand(index.shape)
+    if reduce == "add":
+        return scatter_add(x, dim, index, src)
+    if x.dim() == 0:
+        wrap_dim(dim, 0)
+        return scatter_reduce(x.reshape(1), 0, index.reshape(-1), src.reshape(-1), reduce).reshape(())
+    src = _like(src, x)
+    one = aten.ones_like.default(x, dtype=aten.abs.default(src).dtype)
+    size = aten.scatter_reduce.two(one, dim, index, aten.abs.default(src), "prod", include_self=False)
+    turn = aten.scatter_reduce.two(one * 0, dim, index, aten.angle.default(src), "sum", include_self=False)
+    hit = aten.scatter_reduce.two(one * 0, dim, index, aten.ones_like.default(index, dtype=one.dtype),
+                                  "sum", include_self=False)
+    factor = aten.polar.default(size, turn)
+    return aten.where.self(aten.ne.Scalar(hit, 0), aten.mul.Tensor(x, factor), x)
 
 
 @register_complex(aten.masked_select.default)
