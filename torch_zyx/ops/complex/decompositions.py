@@ -49,12 +49,24 @@ def _pad(x: Cz, axis: int, before: int, after: int) -> Cz:
     return x._map(lambda p: p.pad(axis, before, after))
 
 
+def _modulus(x: Cz) -> tuple[Lz, Lz, Lz]:
+    """(|x|, re / big, im / big) with ``big = max(|re|, |im|)`` (1 where x is 0): squares of the
+    scaled parts neither underflow nor overflow. An off-diagonal entry that Jacobi has nearly
+    zeroed has squares in float32's subnormal range, where their few bits would make the phase
+    below miss modulus 1 by up to 1e-3 and the rotations stop being unitary."""
+    big = x.re.abs().maximum(x.im.abs())
+    safe = where(big.eq(0), 1, big)
+    re_, im_ = x.re / safe, x.im / safe
+    return big * (re_ * re_ + im_ * im_).sqrt(), re_, im_
+
+
 def _phase(x: Cz) -> Cz:
     """``x / |x|``, 1 where x is 0."""
-    size = _abs2(x).sqrt()
+    _, re_, im_ = _modulus(x)
+    size = (re_ * re_ + im_ * im_).sqrt()
     zero = size.eq(0)
     safe = where(zero, 1, size)
-    return Cz(where(zero, 1, x.re / safe), x.im / safe)
+    return Cz(where(zero, 1, re_ / safe), im_ / safe)
 
 
 # ---------------------------------------------------------------- Householder QR
@@ -196,7 +208,7 @@ def _round_rotation(gram: Cz, r: Lz) -> Cz:
     """The unitary J (..., N, N) of round ``r`` (spectral._round_rotation's circle schedule) for
     the Hermitian ``gram``: pair (p, q) gets ``[[c, s w], [-s conj(w), c]]``, w the phase of
     ``gram[p, q]`` and (c, s) the real rotation of ``[[g_pp, |g_pq|], [|g_pq|, g_qq]]`` (module
-    docstring). Row q reads ``gram[q, p] = conj(gram[p, q])``, whose phase is conj(w) already."""
+    docstring); row q's ``conj(gram[p, q])`` has phase conj(w)."""
     n = gram.shape[-1]
     dtype = gram.dtype
     i = index(n, 0)
@@ -205,9 +217,13 @@ def _round_rotation(gram: Cz, r: Lz) -> Cz:
     meets = mask(index(n, 1).eq(partner), dtype)
     diag = diagonal(gram.re)
     other = (meets * diag.mT).sum(-1)
-    off = (gram * meets).sum(-1)
-    size = _abs2(off).sqrt()
     first = i.lt(partner)
+    # Both rows of a pair take G[p, q] (row q its conjugate), not the computed G[q, p]: the two
+    # differ by rounding (a matmul's sums need not be symmetric), which for a nearly zeroed entry
+    # is a large relative error, and J is unitary only if both rows use one phase.
+    upper = (gram * meets).sum(-1)
+    off = cwhere(first, upper, (gram.mT * meets).sum(-1).conj())
+    size = _modulus(off)[0]
     app, aqq = where(first, diag, other), where(first, other, diag)
     theta = (aqq - app) / (2 * size)
     t = Lz(g.const(1, dtype, ())).copysign(theta) / (theta.abs() + (theta * theta + 1).sqrt())
