@@ -1,7 +1,9 @@
 """Complex dense linear algebra on zyx against CPU torch (LAPACK): LU (pivots as zgetrf picks
 them), solves with every side/adjoint variant, inverse, det/slogdet (singular matrices too),
 triangular solves, Cholesky (A = L L^H, upper and lower, a failing pivot) and its solves,
-addbmm, and gradients through solve and det. CPU fallback off: every op is a zyx lowering."""
+addbmm, gradients through solve and det; Householder QR (geqrf, householder_product, ormqr:
+LAPACK's values), eigh and SVD (vectors equal to LAPACK's up to one sign per vector), pinv,
+lstsq, matrix_rank, matrix_exp and their gradients. CPU fallback off: every op is a zyx lowering."""
 
 import pytest
 import torch
@@ -143,3 +145,150 @@ def test_svd(dtype):
         eye = torch.eye(S.shape[-1], dtype=dtype)
         close(U.mH @ U, eye.expand(U.mH.shape[:-1] + (S.shape[-1],)), **tol(dtype))
         close(Vh @ Vh.mH, eye.expand(Vh.shape[:-1] + (S.shape[-1],)), **tol(dtype))
+
+
+# ------------------------------------------------------------------ QR, eigh, SVD and what uses them
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_qr_family(dtype):
+    """zgeqrf's reflectors and taus, zungqr's Q and zunmqr's products, exactly LAPACK's."""
+    for shape in ((4, 3), (3, 5), (2, 4, 4)):
+        a = cmake(shape, dtype, 20)
+        for mode in ("reduced", "complete", "r"):
+            assert_close(torch.linalg.qr(z(a), mode=mode), torch.linalg.qr(a, mode=mode), **tol(dtype))
+        got, want = torch.geqrf(z(a)), torch.geqrf(a)
+        assert_close(got, want, **tol(dtype))
+        if shape[-2] >= shape[-1]:
+            assert_close(torch.linalg.householder_product(*got), torch.linalg.householder_product(*want),
+                         **tol(dtype))
+        c = cmake(shape[:-2] + (shape[-2], 2), dtype, 21)
+        for transpose in (False, True):
+            assert_close(torch.ormqr(*got, z(c), True, transpose), torch.ormqr(*want, c, True, transpose),
+                         **tol(dtype))
+            assert_close(torch.ormqr(*got, z(c.mT), False, transpose),
+                         torch.ormqr(*want, c.mT, False, transpose), **tol(dtype))
+    x = torch.zeros(3, 2, dtype=dtype)
+    x[:, 1] = torch.tensor([1j, 0, 0], dtype=dtype)  # (a zero column: tau 0; a lone imaginary alpha)
+    assert_close(torch.geqrf(z(x)), torch.geqrf(x), **tol(dtype))
+
+
+def _signs(got, want, axis):
+    """The real signs (+-1) that turn ``got``'s vectors (along ``axis``) into ``want``'s, read
+    at the entry LAPACK keeps real (first/last row of eigh's vectors, first row of V)."""
+    pick = got.select(axis, 0) if axis in (-2, -1) else got
+    return torch.sgn(pick.real) * torch.sgn(want.select(axis, 0).real)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh(dtype, uplo):
+    a = cmake((2, 5, 5), dtype, 22)  # (not Hermitian: only the UPLO triangle is read, as zheevd)
+    values, vectors = (t.cpu() for t in torch.linalg.eigh(z(a), UPLO=uplo))
+    want_values, want_vectors = torch.linalg.eigh(a, UPLO=uplo)
+    torch.testing.assert_close(values, want_values, **tol(dtype))
+    row = 0 if uplo == "L" else -1  # (zheevd's vectors are real there; the sign is its own)
+    sign = torch.sgn(vectors[..., row, :].real) * torch.sgn(want_vectors[..., row, :].real)
+    assert torch.all(vectors[..., row, :].imag.abs() < 1e-6)
+    torch.testing.assert_close(vectors * sign.unsqueeze(-2), want_vectors, **tol(dtype))
+    assert_close(torch.linalg.eigvalsh(z(a), UPLO=uplo), torch.linalg.eigvalsh(a, UPLO=uplo), **tol(dtype))
+    assert_close(torch.linalg.eigh(z(a[:, :0, :0]))[0], torch.linalg.eigh(a[:, :0, :0])[0])
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_svd_vectors(dtype):
+    """U and Vh equal LAPACK's up to one sign per singular triple (zgesdd's V has a real first
+    row for m >= n, its U for m < n); full matrices of non-square A are unitary completions."""
+    for shape in ((5, 3), (3, 5), (2, 4, 4)):
+        a = cmake(shape, dtype, 23)
+        for full in (False, True):
+            u, s, vh = (t.cpu() for t in torch.linalg.svd(z(a), full_matrices=full))
+            want_u, want_s, want_vh = torch.linalg.svd(a, full_matrices=full)
+            k = s.shape[-1]
+            torch.testing.assert_close(s, want_s, **tol(dtype))
+            if shape[-2] >= shape[-1]:
+                sign = torch.sgn(vh[..., :k, 0].real) * torch.sgn(want_vh[..., :k, 0].real)
+            else:
+                sign = torch.sgn(u[..., 0, :k].real) * torch.sgn(want_u[..., 0, :k].real)
+            torch.testing.assert_close(u[..., :k] * sign.unsqueeze(-2), want_u[..., :k], **tol(dtype))
+            torch.testing.assert_close(vh[..., :k, :] * sign.unsqueeze(-1), want_vh[..., :k, :], **tol(dtype))
+            eye_u, eye_v = torch.eye(u.shape[-1], dtype=dtype), torch.eye(vh.shape[-2], dtype=dtype)
+            torch.testing.assert_close(u.mH @ u, eye_u.expand(u.shape[:-2] + eye_u.shape), **tol(dtype))
+            torch.testing.assert_close(vh @ vh.mH, eye_v.expand(vh.shape[:-2] + eye_v.shape), **tol(dtype))
+
+
+def test_svd_clustered_values():
+    """Singular values 1e-3 apart in complex64: the Jacobi rotations stay unitary (each pair's
+    two rows share one phase), also once the kernels are upgraded after a few runs."""
+    gen = torch.Generator().manual_seed(24)
+    q1 = torch.linalg.qr(torch.randn(4, 4, dtype=torch.complex128, generator=gen))[0]
+    q2 = torch.linalg.qr(torch.randn(4, 4, dtype=torch.complex128, generator=gen))[0]
+    a = (q1 @ torch.diag(torch.tensor([1.002, 1.001, 1.0, 0.999], dtype=torch.complex128)) @ q2).to(torch.complex64)
+    want = torch.linalg.svdvals(a.to(torch.complex128)).float()
+    for _ in range(4):
+        _, s, vh = (t.cpu() for t in torch.linalg.svd(z(a)))
+        torch.testing.assert_close(s, want, rtol=0, atol=3e-6)
+        torch.testing.assert_close(vh @ vh.mH, torch.eye(4, dtype=torch.complex64), rtol=0, atol=3e-6)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_pinv_lstsq_rank(dtype):
+    a, sq = cmake((2, 4, 3), dtype, 25), cmake((3, 4, 4), dtype, 26)
+    h = sq + sq.mH
+    assert_close(torch.linalg.pinv(z(a)), torch.linalg.pinv(a), **tol(dtype))
+    assert_close(torch.linalg.pinv(z(a.mT)), torch.linalg.pinv(a.mT), **tol(dtype))
+    assert_close(torch.pinverse(z(a)), torch.pinverse(a), **tol(dtype))
+    assert_close(torch.linalg.pinv(z(h), hermitian=True), torch.linalg.pinv(h, hermitian=True), **tol(dtype))
+    low = h.clone()
+    low[1] = a[0] @ a[0].mH  # (rank 3)
+    for herm in (False, True):
+        assert torch.equal(torch.linalg.matrix_rank(z(low), hermitian=herm).cpu(),
+                           torch.linalg.matrix_rank(low, hermitian=herm))
+    b, wide, b2 = cmake((2, 4, 2), dtype, 27), cmake((3, 5), dtype, 28), cmake((3, 2), dtype, 29)
+    for driver in ("gels", "gelsy", "gelsd", "gelss"):
+        assert_close(torch.linalg.lstsq(z(a), z(b), driver=driver), torch.linalg.lstsq(a, b, driver=driver),
+                     **tol(dtype))
+        assert_close(torch.linalg.lstsq(z(wide), z(b2), driver=driver),
+                     torch.linalg.lstsq(wide, b2, driver=driver), **tol(dtype))
+    assert_close(torch.linalg.lstsq(z(a[0]), z(b[0, :, 0]), driver="gelsd"),
+                 torch.linalg.lstsq(a[0], b[0, :, 0], driver="gelsd"), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_matrix_exp(dtype):
+    a = cmake((3, 4, 4), dtype, 30)
+    for scale in (0.1, 1.0, 5.0):
+        want = torch.linalg.matrix_exp(a * scale)
+        got = torch.linalg.matrix_exp(z(a * scale)).cpu()
+        torch.testing.assert_close(got / want.abs().amax(), want / want.abs().amax(), **tol(dtype))
+    assert_close(torch.linalg.matrix_exp(z(a[:0])), torch.linalg.matrix_exp(a[:0]))
+
+
+def test_decomposition_gradients():
+    """Autograd through the new lowerings (PyTorch's backward formulas run on zyx), losses that
+    do not depend on the vectors' phases."""
+    a, b = cmake((4, 3), torch.complex128, 31), cmake((4, 2), torch.complex128, 32)
+    sq = cmake((3, 3), torch.complex128, 33)
+
+    def losses(x, y, s):
+        q, r = torch.linalg.qr(x)
+        values, vectors = torch.linalg.eigh(s)
+        u, sv, vh = torch.linalg.svd(x, full_matrices=False)
+        return [(q @ r).abs().sum() + r.real.sum(),
+                values.sum() + (values[0] * vectors.abs()).sum(),
+                sv.sum() + (u @ vh).abs().sum(),
+                torch.linalg.pinv(x).abs().sum(),
+                torch.linalg.lstsq(x, y).solution.abs().sum(),
+                torch.linalg.matrix_exp(s).abs().sum()]
+
+    results = []
+    for device in ("cpu", "zyx"):
+        args = [t.to(device).detach().requires_grad_() for t in (a, b, sq)]
+        grads = [[g.cpu() if g is not None else None for g in torch.autograd.grad(loss, args, allow_unused=True)]
+                 for loss in losses(*args)]
+        results.append(grads)
+    for got, want in zip(results[1], results[0]):
+        for g_, w in zip(got, want):
+            assert (g_ is None) == (w is None)
+            if w is not None:
+                torch.testing.assert_close(g_, w)

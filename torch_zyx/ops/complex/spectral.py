@@ -106,9 +106,8 @@ def linalg_lstsq(a, b, rcond=None, *, driver=None):
         if full:
             r = x @ sol - y
             residuals = (r.re * r.re + r.im * r.im).sum(-2)
+            # (a vector B keeps its column of residuals: shape (..., 1), as torch gives)
             residuals = residuals.reshape(residuals.shape[:-2] + residuals.shape[-1:])
-            if vector:
-                residuals = residuals.reshape(residuals.shape[:-1])
     if vector:
         sol = sol.reshape(sol.shape[:-1])
     rank_t = rout(rank, a) if driver != "gels" else rout(zeros((0,), dtypes.int64), a)
