@@ -72,6 +72,23 @@ def test_scans(dtype):
     check(lambda t: torch.logcumsumexp(t, 3), make((2, 2), torch.float32))
 
 
+@pytest.mark.parametrize("n", [17, 64, 257, 5000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.float16])
+def test_long_scans(n, dtype):
+    """Scans longer than a block (ops/math/scan.py SCAN_BLOCK) are blocked: along the last, a
+    middle and the first axis, integers exact, NaN carried on."""
+    x = make((2, n, 3), dtype, low=-2, high=2)
+    if dtype.is_floating_point:
+        x[1, n // 2, 0] = float("nan")
+    check(lambda t: torch.cumsum(t, 1), x)
+    check(lambda t: torch.cumsum(t.transpose(1, 2), -1), x)
+    check(lambda t: torch.cumsum(t[0], 0), x)
+    if n < 300:  # (a product of thousands of values is 0 or inf either way)
+        check(lambda t: torch.cumprod(t * 0.5 if t.is_floating_point() else t % 2 + 1, 1), x)
+    check(lambda t: torch.cummax(t, 1)[0], x)
+    check(lambda t: torch.cummin(t, 1)[0], x)
+
+
 def test_equal_allclose_aminmax():
     x = make((3, 4), torch.float32)
     check(lambda t: torch.equal(t, t.clone()), x)
