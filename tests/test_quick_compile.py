@@ -1,6 +1,8 @@
 """Small CPU kernels compile without optimization passes first and are optimized once their plans
 keep running (runtime/cpu.py ``quick_compile``/``CPUProgram.upgrade``, execute/realize.py
-``QUICK_RUNS``): a program run once (a new shape) skips the optimizer, one in a loop gets it."""
+``QUICK_RUNS``): a program run once (a new shape) skips the optimizer, one in a loop gets it.
+Those quick kernels read their sizes from a buffer (codegen/generalize.py): kernels that differ
+only in a size share one program, and a plan that keeps running gets programs of its own sizes."""
 
 from __future__ import annotations
 
@@ -40,8 +42,8 @@ def test_large_kernels_are_optimized_from_the_start():
     assert counts["kernels_compiled"] >= 1 and counts["kernels_compiled_quick"] == 0
 
 
-def test_many_shapes_compile_quickly_and_match():
-    """Each new shape is a new kernel (sizes are in the code): compiled quick, results exact."""
+def test_many_shapes_share_size_generic_programs_and_match():
+    """Each new shape is a new plan, but not a new program: the sizes are read from a buffer."""
     torch_zyx.reset_counters()
     for n in range(3, 40):
         idx = torch.arange(n) % 5
@@ -50,7 +52,35 @@ def test_many_shapes_compile_quickly_and_match():
                                                           accumulate=True)
         torch.testing.assert_close(got.cpu(), expected)
     counts = _counts()
-    assert counts["kernels_compiled_quick"] > 0 and counts["kernels_optimized"] == 0
+    assert 0 < counts["kernels_compiled_quick"] <= 6 and counts["kernels_optimized"] == 0, counts
+
+
+def test_index_put_accumulate_over_many_shapes():
+    """PyTorch's test_index_put_accumulate_duplicate_indices (a random walk of indices, a size
+    read back every shape): values exact, programs compiled a bounded number of times."""
+    torch.manual_seed(0)
+    torch_zyx.reset_counters()
+    for i in range(1, 160):
+        delta = torch.empty(i, dtype=torch.double, device="zyx").uniform_(-1, 1)
+        indices = delta.cumsum(0).long()
+        source = torch.randn(indices.abs().max() + 1, device="zyx")
+        values = torch.randn(indices.size(0), device="zyx")
+        output = source.index_put((indices,), values, accumulate=True)
+        expected = source.cpu().index_put((indices.cpu(),), values.cpu(), accumulate=True)
+        torch.testing.assert_close(output.cpu(), expected)
+    counts = _counts()
+    assert counts["kernels_compiled"] <= 40, counts
+
+
+def test_a_generic_plan_that_keeps_running_gets_programs_of_its_sizes(monkeypatch):
+    monkeypatch.setattr(realize, "_plans", {})
+    x = torch.randn(37, 5)
+    z = x.to("zyx")
+    for run in range(realize.QUICK_RUNS + 1):
+        got = (z[1:, 2:].cumsum(0) * 1.5).cpu()  # (literals in its indices and loop bounds)
+        torch.testing.assert_close(got, x[1:, 2:].cumsum(0) * 1.5)
+        generic = [p for p in realize._plans.values() if p.literal_buffers]
+        assert bool(generic) == (run + 1 < realize.QUICK_RUNS)
 
 
 def test_the_same_source_for_more_work_runs_optimized():

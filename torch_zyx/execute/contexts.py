@@ -71,10 +71,11 @@ class DeviceContext:
             buffer = self.constants[key] = ConstantBuffer(self, dtype, pack_scalars(dtype, values))
         return buffer
 
-    def program(self, name: str, source: str, quick: bool = False):
+    def program(self, name: str, source: str, quick: bool = False, specializing: bool = False):
         """The runtime's program for ``source``, compiled once per device. ``quick``: the runtime
         may compile it fast and unoptimized first (a CPU kernel that runs briefly; it is
-        optimized if its plans keep running, see ``realize.launch_plan``)."""
+        optimized if its plans keep running, see ``realize.launch_plan``). ``specializing``: the
+        program replaces a plan's size-generic one (counted as an optimization, not a new kernel)."""
         program = self.programs.get(source)
         if program is None:
             if CONFIG.debug & DEBUG_SOURCE:
@@ -83,7 +84,7 @@ class DeviceContext:
             program = self.runtime.compile(name, source, quick=True) if quick else \
                 self.runtime.compile(name, source)
             self.programs[source] = program
-            bump("kernels_compiled")
+            bump("kernels_optimized" if specializing else "kernels_compiled")
         elif not quick and getattr(program, "quick", False):
             program.upgrade()  # (the same source for more work: its optimized code now)
         return program

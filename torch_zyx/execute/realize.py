@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import struct
 import time
 
+from .. import dtypes
+from ..codegen.generalize import generalize
 from ..codegen.lower import kept_composites, lower
 from ..config import CONFIG, DEBUG_LAUNCHES, DEBUG_PERF, DEBUG_SCHEDULE
 from ..counters import bump
 from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..lazy.kernelize import GraphSignature, Schedule, kernelize
-from ..memory.buffer import Buffer
+from ..memory.buffer import Buffer, ConstantBuffer
 from . import autotune
 from .cache import BoundedCache
 from .contexts import DeviceContext
@@ -36,27 +39,59 @@ class Plan:
     index: (program, loop IR, slot indices, indices of the slots the event table tracks (not
     the scalar buffers: see ConstantBuffer), random parameter indices)."""
 
-    def __init__(self, schedule: Schedule, programs: list, kernels_ir: list, n_inputs: int):
+    def __init__(self, schedule: Schedule, programs: list, kernels_ir: list, n_inputs: int,
+                 n_scalars: int = 0, literals: list | None = None, lower_keys: list | None = None):
         self.schedule = schedule
         self.programs = programs
         self.kernels_ir = kernels_ir
         self.temps = schedule.temps
         self.temp_bytes = sum(dtype.itemsize * numel for dtype, numel in schedule.temps)
-        first = {"in": 0, "tmp": n_inputs, "scalars": n_inputs + len(schedule.temps)}
-        self.launches = []
-        for kernel, program, loop in zip(schedule.kernels, programs, kernels_ir):
-            slots = tuple(first[kind] + ref for kind, ref in kernel.slots)
-            tracked = tuple(first[kind] + ref for kind, ref in kernel.slots if kind != "scalars")
-            self.launches.append((program, loop, slots, tracked, tuple(kernel.params)))
+        self.n_inputs, self.n_scalars = n_inputs, n_scalars
+        self.lower_keys = lower_keys
+        # Per kernel: its literals' buffer where its program is size-generic (codegen/generalize.py),
+        # else None. Those buffers follow the scalar buffers in a realization's list.
+        self.literals = literals or [None] * len(programs)
+        self.literal_buffers = [buffer for buffer in self.literals if buffer is not None]
+        self._set_launches()
         # Root ref < 0: input buffer -1 - ref.
         self.root_slots = tuple(-1 - ref if ref < 0 else n_inputs + ref for ref in schedule.root_temps)
+        # Launches so far while a program is still compiled unoptimized (``launch_plan``).
+        self.quick_runs = 0 if any(getattr(p, "quick", False) for p in programs) else None
+
+    def _set_launches(self) -> None:
+        schedule, n_inputs = self.schedule, self.n_inputs
+        first = {"in": 0, "tmp": n_inputs, "scalars": n_inputs + len(schedule.temps)}
+        literal_slot = first["scalars"] + self.n_scalars
+        self.launches = []
+        for kernel, program, loop, literals in zip(schedule.kernels, self.programs, self.kernels_ir,
+                                                   self.literals):
+            slots = tuple(first[kind] + ref for kind, ref in kernel.slots)
+            if literals is not None:
+                slots += (literal_slot,)
+                literal_slot += 1
+            tracked = tuple(first[kind] + ref for kind, ref in kernel.slots if kind != "scalars")
+            self.launches.append((program, loop, slots, tracked, tuple(kernel.params)))
         # The launches as one call of the device's runtime (``plan_steps``, ``run_steps``), when
         # it takes them so; found at the first launch. They then wait for the events of all the
         # buffers they touch and record one event for all of them.
         self.steps: tuple | None | object = _UNKNOWN
-        # Launches so far while a program is still compiled unoptimized (``launch_plan``).
-        self.quick_runs = 0 if any(getattr(p, "quick", False) for p in programs) else None
         self.tracked = tuple(sorted({i for launch in self.launches for i in launch[3]}))
+
+    def specialize(self, device: DeviceContext) -> None:
+        """The plan's quick programs optimized: its size-generic ones replaced by programs of
+        their own sizes (compiled with the passes), the others compiled again with the passes."""
+        for k, literals in enumerate(self.literals):
+            if literals is None:
+                self.programs[k].upgrade()
+            else:
+                loop = self.kernels_ir[k]
+                self.programs[k] = _program(device, loop, specializing=True)
+                # Later plans with this kernel take the specialized program at once.
+                if self.lower_keys is not None:
+                    _lowered[self.lower_keys[k]] = (loop, self.programs[k], None)
+        self.literals = [None] * len(self.programs)
+        self.literal_buffers = []
+        self._set_launches()  # (the steps held the unoptimized entry addresses)
 
 
 _UNKNOWN = object()
@@ -69,13 +104,15 @@ _lowered: dict[tuple, tuple] = BoundedCache(2 * CONFIG.cache_entries)
 _plans: dict[tuple, Plan] = BoundedCache(CONFIG.cache_entries)
 
 
-def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
+def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature, generic: bool = True) -> Plan:
+    """``generic``: kernels the runtime compiles quick may take size-generic programs (see
+    codegen/generalize.py), whose literals' buffers the plan holds."""
     bump("kernelizer_runs")
     # Block-tiled matmuls stage their operands in shared memory: no packed panels to read.
     lowering = device.lowering
     schedule = kernelize(roots, sig, None if lowering.block_tiles else lowering.matmul_tile,
                          kept_composites(lowering))
-    programs, kernels_ir = [], []
+    programs, kernels_ir, literals, lower_keys = [], [], [], []
     for k_index, kernel in enumerate(schedule.kernels):
         dtypes_ = []
         for kind, ref in kernel.slots:
@@ -95,22 +132,55 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -
         lower_key = (device.index, tuple(dtypes_), len(kernel.slots), tuple(
             (kernel.slots.index(("tmp", st.target)), st.value, st.view) for st in kernel.stores))
         cached = _lowered.get(lower_key)
-        if cached is None:
-            if CONFIG.autotune:
-                loop, source = autotune.tuned(device, kernel, dtypes_, sig, schedule)
-            else:
-                loop = lower(kernel, "zyx_kernel", dtypes_, device.lowering)
-                source = device.render(loop, **device.render_options)
-            # The name comes from the source, so identical kernels of different graphs share one program.
-            loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
-            # "zyx_kernel(" names the kernel in every renderer's output
-            # (LLVM "@zyx_kernel(", C "zyx_kernel(").
-            quick = getattr(device.runtime, "quick_compile", None)
-            cached = _lowered[lower_key] = (loop, device.program(loop.name, source.replace(
-                "zyx_kernel(", f"{loop.name}("), quick=bool(quick and quick(loop.work, loop.global_size))))
-        programs.append(cached[1])
-        kernels_ir.append(cached[0])
-    return Plan(schedule, programs, kernels_ir, len(sig.buffers))
+        if cached is None or (cached[2] is not None and not generic):
+            cached = _lowered[lower_key] = _lowered_kernel(device, kernel, dtypes_, sig, schedule, generic)
+        loop, program, values = cached
+        programs.append(program)
+        kernels_ir.append(loop)
+        literals.append(None if values is None else _literal_buffer(device, values))
+        lower_keys.append(lower_key)
+    return Plan(schedule, programs, kernels_ir, len(sig.buffers), len(sig.scalar_dtypes), literals, lower_keys)
+
+
+def _lowered_kernel(device: DeviceContext, kernel, dtypes_: list, sig: GraphSignature, schedule: Schedule,
+                    generic: bool) -> tuple:
+    """(loop IR, program, literal values or None) of one scheduled kernel. A kernel the runtime
+    compiles quick (little work) takes a size-generic program where it has literals to read
+    (``generalize``): kernels that differ only in sizes then share one program and one compile."""
+    if CONFIG.autotune:
+        loop, source = autotune.tuned(device, kernel, dtypes_, sig, schedule)
+    else:
+        loop = lower(kernel, "zyx_kernel", dtypes_, device.lowering)
+        source = None
+    quick_compile = getattr(device.runtime, "quick_compile", None)
+    quick = bool(quick_compile and quick_compile(loop.work, loop.global_size))
+    if quick and generic and source is None:
+        general = generalize(loop)
+        if general is not None:
+            generic_loop, values = general
+            program = _program(device, generic_loop, quick=True)
+            loop.name = generic_loop.name
+            return loop, program, values
+    return loop, _program(device, loop, source, quick=quick), None
+
+
+def _program(device: DeviceContext, loop, source: str | None = None, quick: bool = False,
+             specializing: bool = False):
+    """The device's program for ``loop`` (rendered here unless ``source`` is given), named after
+    its source so that identical kernels of different graphs share one program; ``loop.name``
+    is set to that name."""
+    if source is None:
+        loop.name = "zyx_kernel"
+        source = device.render(loop, **device.render_options)
+    loop.name = "k_" + hashlib.sha1(source.encode()).hexdigest()[:12]
+    # "zyx_kernel(" names the kernel in every renderer's output (LLVM "@zyx_kernel(", C "zyx_kernel(").
+    return device.program(loop.name, source.replace("zyx_kernel(", f"{loop.name}("), quick=quick,
+                          specializing=specializing)
+
+
+def _literal_buffer(device: DeviceContext, values: tuple) -> ConstantBuffer:
+    """The int64 ``values`` of a size-generic kernel's literals on ``device``."""
+    return ConstantBuffer(device, dtypes.int64, struct.pack(f"<{len(values)}q", *values))
 
 
 def _ast_text(node: Node, depth: int = 0) -> str:
@@ -170,6 +240,7 @@ def realize(roots: list[Node], device: DeviceContext, outputs: dict | None = Non
         bump("bytes_allocated", plan.temp_bytes - sum(b.nbytes for b in own.values()))
     for dtype, values in zip(sig.scalar_dtypes, sig.scalar_values):
         buffers.append(device.constant(dtype, values))
+    buffers.extend(plan.literal_buffers)
     launch_plan(plan, device, buffers, sig.random_args)
     return [buffers[i] for i in plan.root_slots]
 
@@ -189,7 +260,7 @@ def _own_outputs(plan: Plan, outputs: dict, n_inputs: int) -> dict:
 def build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature) -> Plan:
     """A plan for ``roots`` on ``device`` outside the schedule cache (a compiled graph keeps its
     own: compile/plan.py)."""
-    return _build_plan(device, roots, sig)
+    return _build_plan(device, roots, sig, generic=False)
 
 
 def plan_steps(plan: Plan, device: DeviceContext) -> tuple | None:
@@ -213,10 +284,8 @@ def launch_plan(plan: Plan, device: DeviceContext, buffers: list, random_args: l
         plan.quick_runs += 1
         if plan.quick_runs >= QUICK_RUNS:
             # A plan that keeps running (a training step, a loop): its kernels optimized now.
-            for program in plan.programs:
-                program.upgrade()
+            plan.specialize(device)
             plan.quick_runs = None
-            plan.steps = _UNKNOWN  # (they hold the unoptimized entry addresses)
     steps = plan_steps(plan, device)
     if steps is not None and not debug:
         # One event for the plan: the launches run in order (one stream, or one after the other
