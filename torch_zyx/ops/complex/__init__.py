@@ -2,12 +2,14 @@
 holds the table dispatch consults for them and the pair arithmetic, ``creation`` factories,
 copies, casts and views, ``math`` elementwise math, reductions and matmul, ``linalg`` LU,
 solves and Cholesky, ``decompositions`` QR, eigh and SVD,
-``spectral`` pinv, lstsq and matrix_exp built on them."""
+``spectral`` pinv, lstsq and matrix_exp built on them, ``ldl`` the LDL
+factorization (symmetric and Hermitian) and its solve."""
 
 from . import (  # noqa: F401  (registration)
     creation,
     decompositions,
     functions,
+    ldl,
     linalg,
     math,
     prims,
