@@ -292,3 +292,23 @@ def test_decomposition_gradients():
             assert (g_ is None) == (w is None)
             if w is not None:
                 torch.testing.assert_close(g_, w)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("hermitian", [False, True])
+def test_ldl(dtype, hermitian):
+    """zsytrf / zhetrf (Bunch-Kaufman: 1x1 and 2x2 pivots as LAPACK picks them) and their
+    solves; the zero corner forces an interchange and a 2x2 block."""
+    r = cmake((3, 6, 6), dtype, 34)
+    r[1, 0, 0] = 0
+    r[2, 0, 0], r[2, 1, 1] = 0, 1e-3
+    a = r + (r.mH if hermitian else r.mT)
+    b = cmake((3, 6, 2), dtype, 35)
+    ld, piv, info = torch.linalg.ldl_factor_ex(a, hermitian=hermitian)
+    zld, zpiv, zinfo = torch.linalg.ldl_factor_ex(z(a), hermitian=hermitian)
+    assert torch.equal(zpiv.cpu(), piv) and torch.equal(zinfo.cpu(), info)
+    assert_close(zld, ld, **tol(dtype))
+    assert_close(torch.linalg.ldl_solve(zld, zpiv, z(b), hermitian=hermitian),
+                 torch.linalg.ldl_solve(ld, piv, b, hermitian=hermitian), **tol(dtype))
+    assert_close(torch.linalg.ldl_factor(z(a[:, :0, :0]), hermitian=hermitian),
+                 torch.linalg.ldl_factor(a[:, :0, :0], hermitian=hermitian))
