@@ -17,7 +17,8 @@ COMPLEX = [torch.complex64, torch.complex128]
 def cmake(shape, dtype=torch.complex64, seed=0):
     gen = torch.Generator().manual_seed(seed)
     part = torch.float32 if dtype == torch.complex64 else torch.float64
-    return torch.complex(torch.randn(shape, generator=gen, dtype=part), torch.randn(shape, generator=gen, dtype=part))
+    return torch.complex(torch.randn(shape, generator=gen, dtype=part),
+                         torch.randn(shape, generator=gen, dtype=part))
 
 
 def tol(dtype):
@@ -96,7 +97,8 @@ def test_cholesky(dtype):
         f = torch.linalg.cholesky(a, upper=upper)
         assert_close(torch.linalg.cholesky(z(a), upper=upper), f, **tol(dtype))
         assert_close(torch.cholesky_solve(z(b), z(f), upper), torch.cholesky_solve(b, f, upper), **tol(dtype))
-        assert_close(torch.cholesky_inverse(z(f[0]), upper), torch.cholesky_inverse(f[0], upper), **tol(dtype))
+        assert_close(torch.cholesky_inverse(z(f[0]), upper), torch.cholesky_inverse(f[0], upper),
+                     **tol(dtype))
     bad = a.clone()
     bad[1, 2, 2] = -50
     got, info = torch.linalg.cholesky_ex(z(bad))
@@ -223,7 +225,8 @@ def test_svd_clustered_values():
     gen = torch.Generator().manual_seed(24)
     q1 = torch.linalg.qr(torch.randn(4, 4, dtype=torch.complex128, generator=gen))[0]
     q2 = torch.linalg.qr(torch.randn(4, 4, dtype=torch.complex128, generator=gen))[0]
-    a = (q1 @ torch.diag(torch.tensor([1.002, 1.001, 1.0, 0.999], dtype=torch.complex128)) @ q2).to(torch.complex64)
+    values = torch.diag(torch.tensor([1.002, 1.001, 1.0, 0.999], dtype=torch.complex128))
+    a = (q1 @ values @ q2).to(torch.complex64)
     want = torch.linalg.svdvals(a.to(torch.complex128)).float()
     for _ in range(4):
         _, s, vh = (t.cpu() for t in torch.linalg.svd(z(a)))
@@ -284,8 +287,8 @@ def test_decomposition_gradients():
     results = []
     for device in ("cpu", "zyx"):
         args = [t.to(device).detach().requires_grad_() for t in (a, b, sq)]
-        grads = [[g.cpu() if g is not None else None for g in torch.autograd.grad(loss, args, allow_unused=True)]
-                 for loss in losses(*args)]
+        grads = [[g.cpu() if g is not None else None
+                  for g in torch.autograd.grad(loss, args, allow_unused=True)] for loss in losses(*args)]
         results.append(grads)
     for got, want in zip(results[1], results[0]):
         for g_, w in zip(got, want):
