@@ -2,8 +2,10 @@
 against CPU torch (tests/test_complex.py has the basics): expm1/log1p, the inverse
 trigonometric and hyperbolic functions (branch cuts and special values included), pow in all
 its overloads, var/std, cumsum/cumprod/logcumsumexp, padding, closeness, put/masked_scatter,
-0-d scatters and scatter's reduce= argument. CPU fallback off: every op here is a zyx lowering."""
+0-d scatters and scatter's reduce= argument, and the errors of ops CPU torch refuses for complex
+values. CPU fallback off: every op here is a zyx lowering."""
 
+import re
 import warnings
 
 import pytest
@@ -172,3 +174,20 @@ def test_scatter_reduce_argument(dtype):
         with pytest.raises(RuntimeError, match="reduce argument must be either add or multiply"):
             zz.scatter(0, iz, sz, reduce="max")
     assert_close(zz.scatter(0, iz, 1 + 1j), z.scatter(0, idx, 1 + 1j))
+
+
+REFUSED = {"max.dim": lambda t: t.max(0), "min.dim": lambda t: t.min(0),
+           "maximum": lambda t: torch.maximum(t, t), "argmax": torch.argmax, "sort": torch.sort, "sort_stable": lambda t: t.sort(stable=True),
+           "topk": lambda t: t.topk(1), "clamp": lambda t: t.clamp(0, 1), "relu": torch.relu,
+           "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc}
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("op", list(REFUSED))
+def test_refused_as_cpu_torch(op, dtype):
+    # (raised when recorded, CPU torch's type and message, without a CPU fallback)
+    z = cmake((3, 3), dtype, seed=14)
+    with pytest.raises(Exception) as want:  # (whatever CPU torch raises)
+        REFUSED[op](z)
+    with pytest.raises(want.type, match=f"^{re.escape(str(want.value))}$"):
+        REFUSED[op](z.to("zyx"))

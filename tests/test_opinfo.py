@@ -555,17 +555,17 @@ apply_slice(globals(), "TestZyxOpInfo")
 
 def test_supports_dtype():
     for dtype in (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.complex64,
-                  torch.complex128):
+                  torch.complex128, torch.complex32):
         assert torch_zyx.supports_dtype(dtype), dtype
-    assert not torch_zyx.supports_dtype(torch.complex32)
+    assert not torch_zyx.supports_dtype(torch.float8_e5m2)
 
 
 def test_unsupported_dtype_raises():
     # Documented behaviour: an unsupported dtype never silently falls back; creating or moving
-    # a complex32 tensor to zyx raises TypeError naming the dtype (complex64 and complex128 are
-    # zyx dtypes: tests/test_complex.py).
-    with pytest.raises(TypeError, match="complex32"):
-        torch.zeros(3, dtype=torch.complex32, device="zyx")
-    with pytest.raises(TypeError, match="complex32"):
-        torch.ones(3, dtype=torch.complex32).to("zyx")
+    # a float8 tensor to zyx raises TypeError naming the dtype (complex32/64/128 are zyx dtypes:
+    # tests/test_complex.py, tests/test_complex32.py).
+    with pytest.raises(TypeError, match="float8_e5m2"):
+        torch.zeros(3, dtype=torch.float8_e5m2, device="zyx")
+    with pytest.raises(TypeError, match="float8_e5m2"):
+        torch.ones(3).to(torch.float8_e5m2).to("zyx")
     assert torch.zeros(3, dtype=torch.complex64, device="zyx").dtype == torch.complex64

@@ -25,7 +25,9 @@ from torch.utils._pytree import tree_map
 from .config import CONFIG
 from .counters import bump
 from .ops import argument_checks, complex, registry, unsigned
+from .ops.complex.base import check_complex32
 from .record import overlap, random
+from .record.complex import complex32_seen
 from .record.pending import defer_error, reraise_deferred
 from .record.tensor import ZyxTensor, read, set_dispatcher, wrap, write
 from .record.transfer import complex_seen, from_cpu, to_cpu
@@ -144,6 +146,8 @@ def dispatch(func, args, kwargs):
 def _dispatch_complex(func, args, kwargs):
     """``dispatch`` for an op involving complex values: their own lowering (ops/complex/), else
     steps 2-4 (a decomposition's ops come back here; the CPU fallback copies pairs)."""
+    if complex32_seen[0]:
+        check_complex32(func, args, kwargs)  # (CPU torch's few ComplexHalf kernels)
     lowering = _COMPLEX_OF.get(func._name)
     if lowering is not None:
         try:

@@ -55,7 +55,8 @@ BY_NAME = {dtype.name: dtype for dtype in ALL}
 # see real dtypes only. Not in ``ALL`` for that reason.
 complex64 = DType("complex64", 8, "c")
 complex128 = DType("complex128", 16, "c")
-COMPLEX_PART = {complex64: float32, complex128: float64}
+complex32 = DType("complex32", 4, "c")  # (torch.chalf: pairs of float16, CPU torch's few kernels)
+COMPLEX_PART = {complex64: float32, complex128: float64, complex32: float16}
 
 
 def python_value(dtype: DType, value):

@@ -118,8 +118,11 @@ def versions() -> dict:
     info["torch threads"] = torch.get_num_threads()
     info["C++ compiler (device guard)"] = compiler() or "none found"
     # The torch dtypes zyx holds and computes (uint16/32/64 with CPU torch's kernel coverage;
-    # complex64/128 as real pairs, record/complex.py).
-    info["zyx dtypes"] = ", ".join(str(d).removeprefix("torch.") for d in (*TORCH_TO_ZYX, *COMPLEX_TO_ZYX))
+    # complex64/128 as real pairs, record/complex.py; complex32 as float16 pairs, with the few
+    # ComplexHalf kernels CPU torch has).
+    limited = {torch.complex32: "complex32 (CPU torch's ComplexHalf ops only)"}
+    info["zyx dtypes"] = ", ".join(limited.get(d, str(d).removeprefix("torch."))
+                                   for d in (*TORCH_TO_ZYX, *COMPLEX_TO_ZYX))
     return info
 
 

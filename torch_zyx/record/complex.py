@@ -26,6 +26,10 @@ from ..lazy import graph as g
 from ..lazy.graph import Node
 from .transfer import complex_seen
 
+# Set once a complex32 storage exists: dispatch then checks CPU torch's few ComplexHalf kernels
+# (ops/complex/base.py ``check_complex32``), so that other programs pay nothing for them.
+complex32_seen = [False]
+
 
 def pair_geometry(shape, strides, offset) -> tuple[tuple, tuple, int]:
     """The (shape, strides, offset) in part elements of a complex view with these ones."""
@@ -43,6 +47,8 @@ class ComplexStorage:
         self.part = dtypes.COMPLEX_PART[dtype]
         self.device = base.device
         complex_seen[0] = True
+        if dtype is dtypes.complex32:
+            complex32_seen[0] = True
 
     @property
     def numel(self) -> int:

@@ -36,7 +36,8 @@ TORCH_TO_ZYX = {
 }
 # Complex dtypes are storages' and tensors' only (record/complex.py): lowerings that look a dtype
 # up in TORCH_TO_ZYX to build nodes find none for them and decline (``zdtype``).
-COMPLEX_TO_ZYX = {torch.complex64: dtypes.complex64, torch.complex128: dtypes.complex128}
+COMPLEX_TO_ZYX = {torch.complex64: dtypes.complex64, torch.complex128: dtypes.complex128,
+                  torch.complex32: dtypes.complex32}
 ZYX_TO_TORCH = {v: k for k, v in (*TORCH_TO_ZYX.items(), *COMPLEX_TO_ZYX.items())}
 
 

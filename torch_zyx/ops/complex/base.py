@@ -22,6 +22,7 @@ from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
 from ...record.complex import ComplexStorage
+from ...record.pending import unsupported
 from ...record.tensor import Storage, ZyxTensor, read, reinterpreted
 from ...record.transfer import COMPLEX_TO_ZYX, TORCH_TO_ZYX, ZYX_TO_TORCH
 from ..registry import LoweringTable, broadcast_shape, device_of  # noqa: F401  (re-exported)
@@ -31,8 +32,9 @@ PROMOTE_DEFAULT = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
 PROMOTE_TO_FLOAT = ELEMENTWISE_TYPE_PROMOTION_KIND.COMPLEX_TO_FLOAT
 PROMOTE_INT_TO_FLOAT = ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT
 PROMOTE_BOOL = ELEMENTWISE_TYPE_PROMOTION_KIND.ALWAYS_BOOL
-PART = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-COMPLEX_OF = {dtypes.float32: torch.complex64, dtypes.float64: torch.complex128}
+PART = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
+COMPLEX_OF = {dtypes.float32: torch.complex64, dtypes.float64: torch.complex128,
+              dtypes.float16: torch.complex32}
 
 
 def register_complex(*ops):
@@ -87,8 +89,11 @@ def is_complex(x) -> bool:
 
 
 def pairs(x: ZyxTensor) -> Node:
-    """The values of complex ``x`` as pairs (shape (*x.shape, 2)), its conjugate bit applied."""
+    """The values of complex ``x`` as pairs (shape (*x.shape, 2)), its conjugate and negative
+    bits applied (``torch._neg_view`` of a complex tensor carries the latter)."""
     node = read(x)
+    if x.is_neg():
+        node = g.unary("neg", node)
     return conj(node) if x.is_conj() else node
 
 
@@ -260,3 +265,94 @@ def sqrt(p: Node) -> Node:
 
 def eq(p: Node, q: Node) -> Node:
     return _b("and", _b("eq", re(p), re(q)), _b("eq", im(p), im(q)))
+
+
+# ------------------------------------------------------------------------------ complex32
+# CPU torch (2.13) has ComplexHalf kernels for few ops: factories and fills, copies and casts,
+# views and indexing, add/sub/mul, neg, abs, sgn, conj, eq/ne, isnan/isinf/isfinite, where,
+# cat/stack, flip/roll/pad, masked_fill/masked_select/index_put/index_add, var/std, addcmul,
+# allclose. The rest raise ``NotImplementedError: "div_cpu" not implemented for 'ComplexHalf'``
+# while zyx's pair arithmetic would compute them all, so ``check_complex32`` raises CPU torch's
+# error where CPU torch does, when the op is recorded (as ops/unsigned.py for uint16/32/64).
+# The table maps an op's name (no overload, in-place ``_`` stripped) to its CPU kernel's name in
+# the message and how the kernel's dtype is found: "self" the first tensor's, "common" the
+# operands' promoted dtype (complex32 + float32 computes in complex64 and works), "reduce" the
+# ``dtype=`` argument else the input's (sum(dtype=torch.complex64) works), "dtype" a factory's
+# ``dtype=``. Measured on torch 2.13's CPU build, one call per op.
+
+_CHALF_SELF = {
+    "exp": "exp_vml_cpu", "log": "log_vml_cpu", "log10": "log10_vml_cpu", "log2": "log2_vml_cpu",
+    "log1p": "log1p_vml_cpu", "expm1": "expm1_vml_cpu", "sin": "sin_vml_cpu", "cos": "cos_vml_cpu",
+    "tan": "tan_vml_cpu", "asin": "asin_vml_cpu", "acos": "acos_vml_cpu", "atan": "atan_vml_cpu",
+    "sinh": "sinh_cpu", "cosh": "cosh_cpu", "tanh": "tanh_vml_cpu", "asinh": "asinh_cpu",
+    "acosh": "acosh_cpu", "atanh": "atanh_cpu", "sqrt": "sqrt_vml_cpu", "rsqrt": "rsqrt_cpu",
+    "reciprocal": "reciprocal_cpu", "sigmoid": "sigmoid_cpu", "exp2": "exp2", "angle": "angle_cpu",
+    "frac": "frac_cpu", "round": "round_vml_cpu", "sinc": "sinc_cpu", "nan_to_num": "nan_to_num",
+    "erf": "erf_vml_cpu", "lgamma": "lgamma_vml_cpu", "digamma": "digamma",
+    "logical_not": "logical_not_cpu", "amax": "max_values_cpu", "amin": "min_values_cpu", "max": "max_all",
+    "min": "min_all", "equal": "equal_notnan_cpu", "gather": "scatter_gather_tensor_cpu",
+    "scatter": "scatter_gather_tensor_cpu", "scatter_add": "scatter_gather_tensor_cpu",
+    "scatter_reduce": "scatter_gather_tensor_cpu", "take": "take_cpu", "put": "take_put_cpu",
+    "masked_scatter": "masked_scatter", "mm": "addmm_impl_cpu_", "addmm": "addmm_impl_cpu_", "bmm": "bmm",
+    "baddbmm": "bmm", "dot": "dot", "vdot": "dot", "mv": "addmv_impl_cpu", "addmv": "addmv_impl_cpu",
+    "trace": "trace", "linalg_cross": "cross", "_unique2": "unique", "_softmax": "softmax_kernel_impl",
+    "_log_softmax": "log_softmax_lastdim_kernel_impl", "isin": "isin_default_cpu",
+    "addcdiv": "addcdiv_cpu_out", "lerp": "lerp_kernel_scalar",
+}
+_CHALF_COMMON = {
+    "div": "div_cpu", "lt": "lt_cpu", "le": "le_cpu", "gt": "gt_cpu", "ge": "ge_cpu", "atan2": "atan2_cpu",
+    "pow": "pow", "logical_and": "logical_and_cpu", "logical_or": "logical_or_cpu",
+    "logical_xor": "logical_xor_cpu", "xlogy": "xlogy_cpu", "fmod": "fmod_cpu",
+    "remainder": "remainder_cpu", "hypot": "hypot_cpu", "logaddexp": "logaddexp_cpu",
+    "copysign": "copysign_cpu",
+}
+_CHALF_REDUCE = {"sum": "sum_cpu", "mean": "sum_cpu", "prod": "prod_out_cpu", "cumsum": "cumsum_out_cpu",
+                 "cumprod": "cumprod_out_cpu", "logcumsumexp": "logcumsumexp_out_cpu"}
+_CHALF_FACTORY = {"arange": "arange_cpu", "linspace": "linspace_cpu", "logspace": "logspace_cpu",
+                  "eye": "eye"}
+_CHALF_KERNELS = {**{k: (v, "self") for k, v in _CHALF_SELF.items()},
+                  **{k: (v, "common") for k, v in _CHALF_COMMON.items()},
+                  **{k: (v, "reduce") for k, v in _CHALF_REDUCE.items()},
+                  **{k: (v, "dtype") for k, v in _CHALF_FACTORY.items()}}
+_names: dict[str, str] = {}
+
+
+def _base_name(func) -> str:
+    name = _names.get(func._name)
+    if name is None:
+        name = func._schema.name.split("::")[-1]
+        if name.endswith("_") and not name.endswith("__"):
+            name = name[:-1]
+        _names[func._name] = name
+    return name
+
+
+def complex32_error(kernel: str) -> NotImplementedError:
+    """CPU torch's error for its ``kernel`` lacking a ComplexHalf version (raise it)."""
+    return unsupported(f"\"{kernel}\" not implemented for 'ComplexHalf'")
+
+
+def check_complex32(func, args, kwargs) -> None:
+    """Raise CPU torch's kernel error when ``func`` would run a CPU kernel that has no
+    ComplexHalf version (the table above); dispatch calls it once complex32 is in use."""
+    entry = _CHALF_KERNELS.get(_base_name(func))
+    if entry is None:
+        return
+    kernel, how = entry
+    if kernel in ("max_all", "min_all") and len(args) > 1:
+        return  # (max.dim and maximum: errors of every complex dtype, not ComplexHalf's)
+    if kernel == "lerp_kernel_scalar" and len(args) > 2 and isinstance(args[2], torch.Tensor):
+        kernel = "lerp_kernel_tensor"
+    if how == "dtype":  # (a factory, or its out= form)
+        dtype = kwargs.get("dtype") or (kwargs["out"].dtype if kwargs.get("out") is not None else None)
+    elif how == "reduce":
+        dtype = kwargs.get("dtype") or (args[0].dtype if args and isinstance(args[0], torch.Tensor) else None)
+    elif how == "self":
+        dtype = args[0].dtype if args and isinstance(args[0], torch.Tensor) else None
+    else:
+        operands = [a for a in args[:2] if isinstance(a, (torch.Tensor, int, float, bool, complex))]
+        if not any(isinstance(a, torch.Tensor) and a.dtype == torch.complex32 for a in operands):
+            return
+        dtype = promote(*operands)[1]
+    if dtype == torch.complex32:
+        raise complex32_error(kernel)

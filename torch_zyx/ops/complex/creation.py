@@ -17,12 +17,13 @@ import torch
 
 from ...lazy import graph as g
 from ...record import overlap
-from ...record.tensor import ZyxTensor, reinterpreted, restride, wrap, write
+from ...record.pending import unsupported
+from ...record.tensor import ZyxTensor, read, reinterpreted, restride, wrap, write
 from ...record.transfer import COMPLEX_TO_ZYX, TORCH_TO_ZYX, from_cpu, to_cpu, to_torch_device
 from ..core import factory, storage_views  # noqa: F401  (their lowerings, shared below)
 from ..core.movement import INPLACE_VIEW_OPS, VIEW_OPS, _meta_of, concat_nodes, view_of
 from ..random.sampling import normal_node, uniform_node
-from ..registry import LOWERINGS, aten, register, wrap_dim
+from ..registry import LOWERINGS, aten, dtype_name, register, wrap_dim
 from .base import (
     as_pairs,
     conj,
@@ -149,8 +150,9 @@ def normal_(x, mean=0.0, std=1.0, generator=None):
         raise NotImplementedError
     part = part_of(x.dtype)
     z = normal_node((*x.shape, 2), x._storage.device, part, generator)
-    scale = g.const(std / math.sqrt(2), part, z.shape)
-    write(x, g.binary("add", g.binary("mul", z, scale), g.const(mean, part, z.shape)))
+    # (complex32's halves are drawn in float32: scaled there, rounded once by the write)
+    scale = g.const(std / math.sqrt(2), z.dtype, z.shape)
+    write(x, g.binary("add", g.binary("mul", z, scale), g.const(mean, z.dtype, z.shape)))
     return x
 
 
@@ -237,8 +239,9 @@ def conj_physical_(x):
 
 
 def read_stored(x):
-    """``x``'s stored pairs, without its conjugate bit (what a write through it replaces)."""
-    return conj(pairs(x)) if x.is_conj() else pairs(x)
+    """``x``'s stored pairs, without its conjugate or negative bit (what a write through it
+    replaces)."""
+    return read(x)
 
 
 @register_complex(aten.lift_fresh.default, aten.lift_fresh_copy.default)
@@ -261,9 +264,9 @@ def complex_(real, imag):
     if real.dtype != imag.dtype:
         raise RuntimeError(f"Expected object of scalar type {real.dtype} but got scalar type "
                            f"{imag.dtype} for second argument")
-    if real.dtype not in (torch.float32, torch.float64):
+    if real.dtype not in (torch.float16, torch.float32, torch.float64):
         raise RuntimeError("Expected both inputs to be Half, Float or Double tensors but got "
-                           f"{real.dtype} and {imag.dtype}")
+                           f"{dtype_name(real.dtype)} and {dtype_name(imag.dtype)}")
     shape = tuple(torch.broadcast_shapes(real.shape, imag.shape))
     r, i = (g.broadcast_to(real_node(t), shape) for t in (real, imag))
     return wrap_pairs(join(r, i), device_of(real, imag))
@@ -288,6 +291,8 @@ def complex_out(real, imag, *, out):
 @register(aten.polar.default)
 @register_complex(aten.polar.default)
 def polar(abs, angle):
+    if abs.dtype == angle.dtype == torch.float16:  # (complex32 has no polar kernel in CPU torch)
+        raise unsupported("\"polar_cpu\" not implemented for 'Half'")
     if abs.dtype != angle.dtype or abs.dtype not in (torch.float32, torch.float64):
         raise NotImplementedError  # (CPU torch's errors)
     shape = tuple(torch.broadcast_shapes(abs.shape, angle.shape))
@@ -506,7 +511,8 @@ def scatter(x, dim, index, src):
         wrap_dim(dim, 0)
         return scatter(x.reshape(1), 0, index.reshape(-1), src.reshape(-1)).reshape(())
     dim = wrap_dim(dim, x.dim())
-    return _complex_result(aten.scatter.src(_real_view(x), dim, _pair_index(index), _real_view(_like(src, x))))
+    return _complex_result(aten.scatter.src(_real_view(x), dim, _pair_index(index),
+                                            _real_view(_like(src, x))))
 
 
 @register_complex(aten.scatter_add.default)

@@ -18,6 +18,7 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...lazy.graph import Node
+from ...record.pending import unsupported
 from ...record.tensor import ZyxTensor, wrap
 from ..core.movement import concat_nodes
 from ..linalg.matmul import matmul_nodes
@@ -86,7 +87,7 @@ def _add_like(op: str, x, y, alpha=1):
     p, q = broadcast_pairs(as_pairs(x, part), as_pairs(y, part))
     scale = as_pairs(alpha, part)
     q = mul(q, g.broadcast_to(scale, q.shape))
-    return wrap_pairs(_b(op, p, q), device_of(x, y))
+    return wrap_pairs(g.cast(_b(op, p, q), part_of(result)), device_of(x, y))
 
 
 @register_complex(aten.add.Tensor, aten.add.Scalar)
@@ -143,7 +144,14 @@ def _unary(fn, kind=PROMOTE_DEFAULT, real_result=False):
     def lowering(x):
         if not x.is_complex():
             raise NotImplementedError
-        node = fn(pairs(x))
+        p = pairs(x)
+        if p.dtype is dtypes.float16:
+            # complex32 computes in complex64 and rounds once, as CPU torch's opmath (sgn
+            # divides by the unrounded magnitude)
+            node = fn(g.cast(p, dtypes.float32))
+            node = g.cast(node, dtypes.float16) if node.dtype is dtypes.float32 else node
+        else:
+            node = fn(p)
         if real_result:
             return wrap(node, x._storage.device)
         return wrap_pairs(node, x._storage.device)
@@ -281,6 +289,23 @@ def imag(x):
     if not x.is_complex():
         raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
     return aten.select.int(aten.view_as_real.default(x), -1, 1)
+
+
+def _all_any(op):
+    """all/any of complex values: of their being nonzero (either part), by the real lowering."""
+    def lowering(x, *args, **kwargs):
+        if not x.is_complex():
+            raise NotImplementedError
+        p = pairs(x)
+        zero = g.const(0, p.dtype, p.shape)
+        nonzero = g.unary("not", eq(p, zero))
+        return op(wrap(nonzero, x._storage.device), *args, **kwargs)
+
+    return lowering
+
+
+for _op in (aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim, aten.any.dims):
+    register_complex(_op)(_all_any(_op))
 
 
 # ------------------------------------------------------------------------------ reductions
@@ -439,3 +464,38 @@ def addmm(bias, a, b, beta=1, alpha=1):
         out = _b("add", out, c)
     return wrap_pairs(out, a._storage.device)
 
+
+
+# ------------------------------------------------------------------------------ refused ops
+# Ops CPU torch refuses for every complex dtype, with its exception type and message, raised
+# here when recorded (declining would send them to the CPU fallback only to raise there).
+
+_REFUSED = {
+    (aten.max.dim, aten.max.dim_max): (RuntimeError, "max(): does not support complex input"),
+    (aten.min.dim, aten.min.dim_min): (RuntimeError, "min(): does not support complex input"),
+    (aten.maximum.default,): (RuntimeError, "maximum not implemented for complex tensors."),
+    (aten.minimum.default,): (RuntimeError, "minimum not implemented for complex tensors."),
+    (aten.argmax.default,): (RuntimeError, "argmax(): does not support complex input"),
+    (aten.argmin.default,): (RuntimeError, "argmin(): does not support complex input"),
+    (aten.sort.default, aten.sort.stable): (RuntimeError, " Sort does not support complex dtypes on CPU"),
+    (aten.topk.default,): (RuntimeError, " topk does not support complex dtypes on CPU"),
+    (aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
+     aten.relu.default): (NotImplementedError, "clamp is not supported for complex types"),
+    (aten.floor.default,): (NotImplementedError, "floor is not supported for complex inputs"),
+    (aten.ceil.default,): (NotImplementedError, "ceil is not supported for complex inputs"),
+    (aten.trunc.default,): (NotImplementedError, "trunc is not supported for complex inputs"),
+}
+
+
+def _refused(kind, message):
+    def lowering(x, *args, **kwargs):
+        if not x.is_complex():
+            raise NotImplementedError
+        raise unsupported(message) if kind is NotImplementedError else kind(message)
+
+    return lowering
+
+
+for _ops, (_kind, _message) in _REFUSED.items():
+    for _op in _ops:
+        register_complex(_op)(_refused(_kind, _message))
