@@ -6,10 +6,11 @@ with steps, permutes, transposes, expands, flips, reshapes, ``as_strided``), pad
 and scatters, writes in place through views, and realizations at random points. Each step is
 checked while the program is generated on meta tensors (an invalid step is never drawn). The
 program runs on zyx:0 and on CPU torch; every tensor must agree in shape, dtype, strides and
-values (strides: for inputs and views of them, see ``_VIEWS``), and so must aliasing: at the end
-one tensor is written in place and every tensor compared again (a view zyx did not share, or
-shared where torch copies, shows there). A step that raises on CPU torch must raise the same
-exception type on zyx. A failure shrinks to a minimal program, printed as a standalone script.
+values (strides: for inputs, views and pointwise results, see ``_ITERATOR``), and so must
+aliasing: at the end one tensor is written in place and every tensor compared again (a view
+zyx did not share, or shared where torch copies, shows there). A step that raises on CPU torch
+must raise the same exception type on zyx. A failure shrinks to a minimal program, printed as a
+standalone script.
 
 ``make test`` runs ``ZYX_FUZZ_EXAMPLES`` (default 200) programs per backend pass, derandomized
 (the same programs every run); ``make fuzz`` runs 10,000 with a random seed.
@@ -69,10 +70,14 @@ OPS = {
 }
 _IN_PLACE = {"add_", "mul_", "copy_", "fill_", "sync", "read"}
 # Ops whose result is a view (or, for reshape, a view or a copy decided by the strides alone): its
-# strides follow from its source's. zyx lays computed results out
-# contiguously where CPU torch's TensorIterator follows its inputs' layout (``torch.abs(t.t())``
-# has strides (1, n) there): strides are compared for the inputs and views of them only.
+# strides follow from its source's.
 _VIEWS = {"slice", "permute", "transpose", "expand", "unsqueeze", "as_strided", "reshape"}
+# Pointwise ops (and clone): ATen's TensorIterator lays their results out after their inputs
+# (``torch.abs(t.t())`` has strides (1, n)), and so does zyx (ops/layout.py); the number of tensor
+# operands leading their arguments. Strides are compared for the inputs, their views and the
+# results of these ops on such tensors; other computed results (reductions, scans, pads, gathers)
+# are laid out by each op's own rule, compared by value only.
+_ITERATOR = {"unary": 1, "scalar": 1, "binary": 2, "where": 3, "clone": 1}
 _UNARY = {"torch.neg": torch.neg, "torch.abs": torch.abs, "torch.exp": torch.exp, "torch.tanh": torch.tanh,
           "torch.sigmoid": torch.sigmoid, "torch.relu": torch.relu, "torch.sin": torch.sin,
           "torch.square": torch.square}
@@ -315,8 +320,8 @@ def programs(draw):
         if op not in _IN_PLACE:
             meta.append(result)
     # The final in-place write that shows aliasing: to a tensor whose elements do not overlap and
-    # whose strides are defined by views of an input (a computed result's layout may differ, and
-    # with it whether a reshape of it is a view: see ``_VIEWS``).
+    # whose strides are compared (another computed result's layout may differ, and with it
+    # whether a reshape of it is a view: see ``_ITERATOR``).
     defined = _layout_defined((spec, steps, None))
     writable = [k for k, t in enumerate(meta) if not _overlapping(t) and t.numel() and defined[k]]
     final = draw(st.sampled_from(writable)) if writable else None
@@ -324,12 +329,14 @@ def programs(draw):
 
 
 def _layout_defined(program) -> list[bool]:
-    """Per tensor of ``program``: whether its strides are defined by views of an input alone."""
+    """Per tensor of ``program``: whether its strides follow from the inputs' through views and
+    TensorIterator's layout rule alone (``_VIEWS``, ``_ITERATOR``)."""
     spec, steps, _final = program
     defined = [True] * len(spec)
     for op, args in steps:
         if op not in _IN_PLACE:
-            defined.append(op in _VIEWS and defined[args[0]])
+            operands = 1 if op in _VIEWS else _ITERATOR.get(op, 0)
+            defined.append(operands > 0 and all(defined[a] for a in args[:operands]))
     return defined
 
 

@@ -196,6 +196,8 @@ def _fast_unary(fn, kind, slow, inplace: bool):
             raise NotImplementedError  # dispatch computes the functional op and writes it
         return slow(x, *rest, **kwargs)
 
+    # (its other cases go to ``slow``, which lays results out as ops/layout.py does)
+    lowering.dense_only = True
     return lowering
 
 
