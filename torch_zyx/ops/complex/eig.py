@@ -28,12 +28,13 @@ import torch
 from ... import dtypes
 from ...lazy import graph as g
 from ...record.tensor import read, wrap
+from ..linalg.dense import raise_errors
 from ..linalg.lazymat import Lz, diagonal, index, mask, step, stored, where, zeros
 from ..linalg.spectral import _host_int
 from ..registry import aten
 from .base import register_complex, wrap_pairs
 from .decompositions import _eye, _modulus, _phase
-from .linalg import Cz, _read, _square, cout, cstored, cwhere, czeros
+from .linalg import Cz, _read, _square, cout, cstored, cwhere, czeros, rout
 
 
 def _entry(x: Cz, i: Lz, j: Lz) -> Cz:
@@ -77,30 +78,52 @@ def hessenberg(a: Cz, device) -> tuple[Cz, Cz]:
     return a, z
 
 
-def _negligible(h: Cz, n: int, norm: Lz) -> Lz:
-    """(..., n, 1): whether ``h[k, k-1]`` is negligible (|.| being |re| + |im|): beside its
-    diagonal neighbours (zlahqr's test) or at the rounding level of the whole matrix,
-    ``n eps |H|_inf`` (a normwise backward-stable deflation). The second is needed: a converged
-    entry stays at that level, and a QR step whose shift is an exact eigenvalue of the window
-    mixes its last two rows by a rotation that only rounding decides (measured: a complex128
-    8x8 whose last subdiagonal sat at 5e-15 grew back to 1e-10 and never deflated); row 0
-    never."""
-    row = index(n, 0)
-    sub = Cz(diagonal(h.re.rows(1, n)), diagonal(h.im.rows(1, n)))  # h[k+1, k], (..., n-1, 1)
-    d = Cz(diagonal(h.re), diagonal(h.im))  # (..., n, 1)
-    near = d.rows(0, n - 1).abs1() + d.rows(1, n).abs1()
-    eps = torch.finfo(torch.float32 if h.dtype is dtypes.float32 else torch.float64).eps
-    tiny = sub.abs1().le(near * eps) | sub.abs1().le(norm * (n * eps))
-    tiny = tiny | sub.abs1().le(1e-300 if h.dtype is dtypes.float64 else 1e-37)
-    return Lz(g.pad(tiny.node, tuple((0, 0) for _ in tiny.shape[:-2]) + ((1, 0), (0, 0)))) & row.ge(1)
+def _sub(h: Cz, offset: int) -> Cz:
+    """The diagonal ``offset`` below (1) or above (-1) the main one, as an (..., n-1, 1) column:
+    entry k is ``h[k+1, k]`` (1) or ``h[k, k+1]`` (-1)."""
+    n = h.shape[-1]
+    x = h.rows(1, n) if offset > 0 else h.cols(1, n)
+    return Cz(diagonal(x.re), diagonal(x.im))
 
 
-def _deflate(h: Cz, m: Lz, norm: Lz) -> tuple[Cz, Lz, Lz]:
-    """Zero the negligible subdiagonal entries, shrink ``m`` past isolated bottom rows and find
-    the window's top ``lo`` (the last split above m-1)."""
+def _down(x: Lz) -> Lz:
+    """Column ``x`` (..., n-1, 1) moved down one row (row 0 zero / false): indexed by the row k
+    of ``h[k, k-1]``."""
+    nd = len(x.shape)
+    return Lz(g.pad(x.node, ((0, 0),) * (nd - 2) + ((1, 0), (0, 0))))
+
+
+def _negligible(h: Cz, n: int) -> Lz:
+    """(..., n, 1): whether ``h[k, k-1]`` is negligible, zlahqr's test: below smlnum, or below
+    ulp (|h[k-1, k-1]| + |h[k, k]|) and Ahues & Tisseur's ``ba (ab / s) <= ulp bb (aa / s)``
+    (|.| of a diagonal entry |re| + |im|, of a subdiagonal one its modulus: zlahqr keeps those
+    real); row 0 never. The swept bulge's leftovers are zeroed exactly (``_rotate``), else a
+    converged entry sits at the rounding level of the whole matrix and this never holds."""
+    fin = torch.finfo(torch.float32 if h.dtype is dtypes.float32 else torch.float64)
+    ulp, smlnum = fin.eps, fin.tiny * (n / fin.eps)
+    sub = _modulus(_sub(h, 1))[0]  # |h[k+1, k]|, (..., n-1, 1)
+    sup = _sub(h, -1).abs1()  # |h[k, k+1]|
+    d = Cz(diagonal(h.re), diagonal(h.im))
+    upper, lower = d.rows(0, n - 1), d.rows(1, n)  # h[k, k], h[k+1, k+1]
+    tst = upper.abs1() + lower.abs1()
+    # (a zero pair of diagonal entries: the neighbouring subdiagonal entries instead)
+    around = _down(sub).rows(0, n - 1) + sub.pad(-2, 0, 1).rows(1, n)
+    tst = where(tst.eq(0), around, tst)
+    ab, ba = sub.maximum(sup), sub.minimum(sup)
+    diff = (upper - lower).abs1()
+    aa, bb = lower.abs1().maximum(diff), lower.abs1().minimum(diff)
+    total = aa + ab
+    total = where(total.eq(0), 1, total)
+    tiny = sub.le(smlnum) | (sub.le(tst * ulp) & (ba * (ab / total)).le((bb * (aa / total) * ulp).maximum(smlnum)))
+    return _down(tiny)
+
+
+def _deflate(h: Cz, m: Lz) -> tuple[Cz, Lz, Lz]:
+    """Zero the negligible subdiagonal entries, shrink ``m`` past an isolated bottom row and
+    find the window's top ``lo`` (the last split above m-1)."""
     n = h.shape[-1]
     row, col = index(n, 0), index(n, 1)
-    small = _negligible(h, n, norm)  # (..., n, 1)
+    small = _negligible(h, n)  # (..., n, 1)
     h = cwhere(small & col.eq(row - 1), 0, h)
     # m drops by one when its bottom row is split off (one per iteration: the next finds more)
     bottom = where(row.eq(m - 1), mask(small, dtypes.int64), 0).sum(-2)  # (..., 1, 1)
@@ -110,14 +133,13 @@ def _deflate(h: Cz, m: Lz, norm: Lz) -> tuple[Cz, Lz, Lz]:
     return cstored(h), m, lo
 
 
-def _shift(h: Cz, lo: Lz, m: Lz, exceptional: bool) -> Cz:
-    """The eigenvalue of the window's trailing 2x2 nearer its last diagonal entry (Wilkinson),
-    or zlahqr's exceptional shift ``h[m-1, m-1] + 3/4 |re h[m-1, m-2]|``."""
+def _shift(h: Cz, lo: Lz, m: Lz, kdefl: Lz) -> Cz:
+    """zlahqr's shift: the eigenvalue of the window's trailing 2x2 nearer its last diagonal
+    entry (Wilkinson), or after 10 (20) iterations without a deflation the exceptional
+    ``h[lo, lo] + 3/4 |h[lo+1, lo]|`` (``h[m-1, m-1] + 3/4 |h[m-1, m-2]|``)."""
     i, k = m - 1, m - 2
     d = _entry(h, i, i)
     c = _entry(h, i, k)
-    if exceptional:
-        return d + c.re.abs() * 0.75
     a, b = _entry(h, k, k), _entry(h, k, i)
     half = (a - d) * 0.5
     root = _sqrt(half * half + b * c)
@@ -126,7 +148,12 @@ def _shift(h: Cz, lo: Lz, m: Lz, exceptional: bool) -> Cz:
     root = cwhere(flip, -root, root)
     den = half + root
     zero = den.is_zero()
-    return cwhere(zero, d, d - b * c / cwhere(zero, Cz(den.re + 1, den.im), den))
+    wilkinson = cwhere(zero, d, d - b * c / cwhere(zero, Cz(den.re + 1, den.im), den))
+    bottom = d + _modulus(c)[0] * 0.75
+    top = _entry(h, lo, lo) + _modulus(_entry(h, lo + 1, lo))[0] * 0.75
+    tenth = kdefl._bin("mod", 10).eq(0)
+    twentieth = kdefl._bin("mod", 20).eq(0)
+    return cwhere(twentieth, bottom, cwhere(tenth, top, wilkinson))
 
 
 def _rotate(h: Cz, z: Cz, k: Lz, c: Lz, s: Cz) -> tuple[Cz, Cz]:
@@ -141,7 +168,10 @@ def _rotate(h: Cz, z: Cz, k: Lz, c: Lz, s: Cz) -> tuple[Cz, Cz]:
         ck, ck1 = x.col_at(k), x.col_at(k + 1)
         return cwhere(col.eq(k), ck * c + s.conj() * ck1, cwhere(col.eq(k + 1), ck1 * c - s * ck, x))
 
-    return cstored(columns(h)), cstored(columns(z))
+    # Below the subdiagonal only the new bulge h[k+2, k] may be nonzero: the one just chased
+    # (h[k+1, k-1]) is zero exactly, as zlahqr stores it, not the rounding a rotation leaves.
+    stale = row.ge(col + 2) & ~(row.eq(k + 2) & col.eq(k))
+    return cstored(cwhere(stale, 0, columns(h))), cstored(columns(z))
 
 
 def _givens(x: Cz, y: Cz) -> tuple[Lz, Cz]:
@@ -156,24 +186,30 @@ def _givens(x: Cz, y: Cz) -> tuple[Lz, Cz]:
     return c, cwhere(r.eq(0), 0, s)
 
 
-def schur(h: Cz, z: Cz, device) -> tuple[Cz, Cz]:
-    """The implicit single-shift QR iteration on Hessenberg ``h`` (module docstring)."""
+def schur(h: Cz, z: Cz, device) -> tuple[Cz, Cz, Lz]:
+    """The implicit single-shift QR iteration on Hessenberg ``h`` (module docstring). Returns
+    (T, Z, m): m (..., 1, 1) is 0 where the iteration converged, else the unconverged window's
+    size (zlahqr's info)."""
     *batch, n, _ = h.shape
     m = Lz(g.const(n, dtypes.int64, tuple(batch) + (1, 1)))
+    kdefl = zeros(tuple(batch) + (1, 1), dtypes.int64)  # iterations since the last deflation
     check = max(4, n)  # iterations between the host's convergence checks
-    norm = stored(h.abs1().sum(-1).max(-2))  # |H|_inf (with |re| + |im|), (..., 1, 1)
-    for iteration in range(30 * n):
+    for iteration in range(30 * max(10, n) + 1):
         if iteration and iteration % check == 0:
             # Wrapped first, so the realization that reads m computes h and z too (it realizes
             # every pending storage of the device): the loop goes on from their buffers instead
             # of recomputing every iteration so far at the end.
-            held = wrap_pairs(h.pairs(), device), wrap_pairs(z.pairs(), device), wrap(m.node, device)
+            held = (wrap_pairs(h.pairs(), device), wrap_pairs(z.pairs(), device), wrap(m.node, device),
+                    wrap(kdefl.node, device))
             most = Lz(g.reduce("max", m.node, tuple(range(len(m.shape))))).reshape(())
-            h, z, m = _read(held[0]), _read(held[1]), Lz(read(held[2]))
+            h, z, m, kdefl = _read(held[0]), _read(held[1]), Lz(read(held[2])), Lz(read(held[3]))
             if _host_int(most, device) == 0:
                 break
-        h, m, lo = _deflate(h, m, norm)
-        mu = _shift(h, lo, m, exceptional=iteration % 10 == 9)
+        before = m
+        h, m, lo = _deflate(h, m)
+        sweeping = lo.lt(m - 1)
+        kdefl = stored(where(sweeping, where(m.lt(before), 0, kdefl) + 1, where(m.lt(before), 0, kdefl)))
+        mu = _shift(h, lo, m, kdefl)
         for number in range(n - 1):
             k = step(device, number)
             first = k.eq(lo)
@@ -183,7 +219,7 @@ def schur(h: Cz, z: Cz, device) -> tuple[Cz, Cz]:
             active = k.ge(lo) & (k + 1).lt(m)
             c, s = where(active, c, 1), cwhere(active, s, 0)
             h, z = _rotate(h, z, k, c, s)
-    return h, z
+    return h, z, m
 
 
 def triangular_vectors(t: Cz, device) -> Cz:
@@ -226,7 +262,8 @@ def linalg_eig(a):
         return cout(czeros(x.shape[:-1], x.dtype), a), cout(czeros(x.shape, x.dtype), a)
     device = a._storage.device
     h, z = hessenberg(x, device)
-    t, z = schur(h, z, device)
+    t, z, m = schur(h, z, device)
+    raise_errors(rout(m.reshape(m.shape[:-2]), a), "linalg.eig", a.dim() == 2)
     values = Cz(diagonal(t.re), diagonal(t.im))
     vectors = _normalize(z @ triangular_vectors(t, device))
     return cout(values.reshape(values.shape[:-1]), a), cout(vectors, a)
