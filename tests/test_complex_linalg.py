@@ -315,3 +315,33 @@ def test_ldl(dtype, hermitian):
                  torch.linalg.ldl_solve(ld, piv, b, hermitian=hermitian), **tol(dtype))
     assert_close(torch.linalg.ldl_factor(z(a[:, :0, :0]), hermitian=hermitian),
                  torch.linalg.ldl_factor(a[:, :0, :0], hermitian=hermitian))
+
+
+def _as_sets(values, vectors, want_values, want_vectors, dtype):
+    """Compare eigenpairs whatever their order: each of LAPACK's eigenvalues with the nearest
+    of ours and its eigenvector (both normalized as zgeev: unit norm, largest entry real)."""
+    nearest = (values.unsqueeze(-1) - want_values.unsqueeze(-2)).abs().argmin(-2)
+    torch.testing.assert_close(values.gather(-1, nearest), want_values, **tol(dtype))
+    moved = vectors.gather(-1, nearest.unsqueeze(-2).expand(vectors.shape))
+    torch.testing.assert_close(moved, want_vectors, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_eig(dtype):
+    """linalg.eig of general complex matrices: eigenpairs equal to zgeev's (as sets: the order
+    is the QR iteration's deflation order, LAPACK's on most matrices but not all), and special
+    matrices (triangular, a permutation where Wilkinson shifts stall, identity, a Jordan block)."""
+    a = cmake((3, 5, 5), dtype, 36)
+    values, vectors = (t.cpu() for t in torch.linalg.eig(z(a)))
+    _as_sets(values, vectors, *torch.linalg.eig(a), dtype)
+    torch.testing.assert_close(a @ vectors, vectors * values.unsqueeze(-2), **tol(dtype))
+    eye = torch.eye(4, dtype=dtype)
+    special = [torch.roll(eye, 1, 0), cmake((4, 4), dtype, 37).triu(), eye,
+               2 * eye + torch.diag(torch.ones(3, dtype=dtype), 1)]
+    for m in special:
+        values, vectors = (t.cpu() for t in torch.linalg.eig(z(m)))
+        want = torch.linalg.eigvals(m)
+        nearest = (values.unsqueeze(-1) - want.unsqueeze(-2)).abs().min(-2).values
+        assert nearest.max() < 1e-4
+        torch.testing.assert_close(m @ vectors, vectors * values.unsqueeze(-2), **tol(dtype))
+    assert_close(torch.linalg.eigvals(z(a[:, :0, :0])), torch.linalg.eigvals(a[:, :0, :0]))
