@@ -142,7 +142,7 @@ def reproducer(program) -> str:
             names.append(f"t{len(names)}")
     lines += [f"    return [{', '.join(names)}]", "", "for z, c in zip(program('zyx'), program('cpu')):",
               "    torch.testing.assert_close(z.cpu(), c, equal_nan=True)",
-              "    assert all(a == b for a, b, n in zip(z.stride(), c.stride(), c.shape) if n > 1)"]
+              "    assert all(a == b for a, b, n in zip(z.stride(), c.stride(), c.shape) if n > 1 and c.numel())"]
     return "\n".join(lines)
 
 
@@ -346,8 +346,9 @@ def _compare(zyx_tensors, cpu_tensors, program, when: str) -> None:
         where = f"t{k} {when}"
         assert z.shape == c.shape, f"{where}: shape {tuple(z.shape)} != {tuple(c.shape)}"
         assert z.dtype == c.dtype, f"{where}: dtype {z.dtype} != {c.dtype}"
-        # (the stride of a dimension of size 0 or 1 never moves to another element)
-        strides = [(a, b) for a, b, size in zip(z.stride(), c.stride(), c.shape) if size > 1]
+        # (the stride of a dimension of size 1 never moves to another element, and an empty
+        # tensor has no element: its strides address nothing)
+        strides = [(a, b) for a, b, size in zip(z.stride(), c.stride(), c.shape) if size > 1 and c.numel()]
         assert not defined[k] or all(a == b for a, b in strides), f"{where}: strides {z.stride()} != {c.stride()}"
         torch.testing.assert_close(z.cpu(), c, rtol=1e-4, atol=1e-4, equal_nan=True,
                                    msg=lambda m, where=where: f"{where}: {m}")
