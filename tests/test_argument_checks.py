@@ -188,6 +188,34 @@ ERROR_CASES = {
     "foreach_clamp_min of bools": lambda d: torch._foreach_clamp_min([b8(d)], True),
     "foreach_clamp_min_ of integers to a float": lambda d: torch._foreach_clamp_min_([i64(d)], 1.5),
     "foreach_maximum_ of integers to a float": lambda d: torch._foreach_maximum_([i64(d)], 1.5),
+    # (h) advanced indexing (PyTorch's test_indexing.py): masks of the indexed dims' sizes,
+    # indices that broadcast, no index into an empty dim, an index given, values that expand to
+    # the indexing result (checked before their dtype)
+    "index with a mask too short": lambda d: f64(d).reshape(3, 1)[b8(d)[:1]],
+    "index with a mask too long": lambda d: f64(d)[torch.ones(4, dtype=torch.bool, device=d)],
+    "index with a uint8 mask of another shape": lambda d: f32(d).reshape(1, 3)[:, u8(d)[:2]],
+    "setitem with a mask of another shape": lambda d: f64(d).__setitem__(b8(d)[:2], 1.0),
+    "index with indices that do not broadcast": lambda d: f64(d).reshape(3, 1)[[0, 1], [0, 0, 0]],
+    "setitem with indices that do not broadcast":
+        lambda d: f64(d).reshape(1, 3).__setitem__(([0, 0], [0, 1, 2]), 0),
+    "index with False and a list": lambda d: f64(d).reshape(3, 1)[False, [0, 1], ...],
+    "index into an empty dim": lambda d: torch.empty(3, 0, device=d)[:, [0, 1]],
+    "index into an empty first dim": lambda d: torch.empty(0, 2, device=d)[[-1]],
+    "setitem into an empty dim": lambda d: torch.empty(2, 0, device=d).__setitem__((slice(None), [0]), 1.0),
+    "index.Tensor without indices": lambda d: aten.index.Tensor(f64(d), []),
+    "index_put without indices": lambda d: f64(d)[0].index_put([], f64(d)[:1], True),
+    "setitem values of a wrong shape before their dtype":
+        lambda d: i64(d).__setitem__(i64(d) > -9, f32(d)[:2]),
+    "setitem values of more elements than the result": lambda d: i64(d)[:1].__setitem__(b8(d)[:1], i64(d)),
+    "index_put_ values that do not expand": lambda d: f64(d).index_put_((idx(d),), f64(d)),
+    "index_fill_ with a complex number": lambda d: f32(d).index_fill_(0, idx(d), 1 + 1j),
+    "index_fill of integers with a complex number": lambda d: i64(d).index_fill(0, idx(d), 2j),
+    "index_fill 2-d value before the index dtype": lambda d: f32(d).index_fill(0, idx(d).int(), f32(d)[None]),
+    # (i) out= tensors of nonzero and cat
+    "nonzero out= float": lambda d: torch.nonzero(i64(d), out=f32(d)),
+    "cat out= of integers from floats": lambda d: torch.cat([f32(d), i64(d)], out=i64(d)),
+    "cat out= bool from integers": lambda d: torch.cat([i64(d), i64(d)], out=b8(d)),
+    "cat out= shape check first": lambda d: torch.cat([f32(d), f32(d)[None]], out=i64(d)),
 }
 
 
@@ -207,6 +235,26 @@ def test_error_matches_cpu(name, fallback):
     with pytest.raises(cpu_error.type, match=re.escape(message)) as zyx_error:
         fn("zyx")
     assert type(zyx_error.value) is cpu_error.type
+
+
+def test_nonzero_out_on_another_device(no_fallback):
+    # (CPU torch cannot make this call; its CUDA kernel's message, as for every device of its own)
+    x = i64("zyx")
+    with pytest.raises(RuntimeError, match="expected self and out to be on the same device, but got out "
+                                           "on cpu and self on zyx:0"):
+        torch.nonzero(x, out=torch.empty(0, dtype=torch.int64))
+
+
+def test_uint8_masks_warn_like_cpu(no_fallback):
+    # ATen's deprecation warning of a uint8 mask, for each indexing call
+    def index_and_put(x, mask):
+        x[mask]
+        x.index_put_((mask,), x[:2].clone())
+
+    for d in ("cpu", "zyx"):
+        with pytest.warns(UserWarning, match="indexing with dtype torch.uint8 is now deprecated") as record:
+            index_and_put(f32(d).reshape(3, 1), (u8(d) > 1).to(torch.uint8))
+        assert len([w for w in record if "uint8" in str(w.message)]) == 2, d
 
 
 def _setitem(x, index, values):
@@ -259,6 +307,13 @@ VALUE_CASES = {
     "clamp_ of floats to an integer": lambda d: f32(d).clamp_(max=1),
     "clamp out= (tensor bound) casts": lambda d: torch.clamp(f32(d), min=f32(d) / 2, out=f64(d)),
     "clamp_min out= same dtype": lambda d: torch.clamp_min(i64(d), 0, out=i64(d)),
+    "index into an empty dim with no entries": lambda d: torch.empty(3, 0, device=d)[:, []],
+    "index with a mask of the indexed dims": lambda d: f64(d).reshape(3, 1)[b8(d)[:, None]],
+    "setitem one value through a full mask": lambda d: _setitem(i64(d), b8(d), 7),
+    "setitem values that expand": lambda d: _setitem(f64(d).reshape(3, 1), (idx(d)[:, None],), f64(d)[:1]),
+    "index_fill of reals with a real number": lambda d: f32(d).index_fill(0, idx(d), 2.5),
+    "nonzero out= long": lambda d: torch.nonzero(i64(d), out=torch.empty(0, dtype=torch.int64, device=d)),
+    "cat out= double from floats and integers": lambda d: torch.cat([f32(d), i64(d)], out=f64(d)[:0]),
 }
 
 

@@ -299,6 +299,41 @@ def _heaviside_out(args, kwargs, outs) -> None:
         raise RuntimeError(HEAVISIDE_DTYPES)
 
 
+def _nonzero_out(args, kwargs, outs) -> None:
+    # ATen's nonzero_out checks the out tensor before counting: a Long tensor (its CPU message,
+    # missing space included), on the input's device (its CUDA message: zyx's dispatch would
+    # otherwise count, then fail copying into a CPU tensor of the wrong shape).
+    x = args[0]
+    for out in outs:
+        if out.dtype != torch.int64:
+            raise RuntimeError("nonzero: Expected out tensor to have scalar type Long but got scalar "
+                               f"type{dtype_name(out.dtype)}")
+        if out.device != x.device:
+            raise RuntimeError("expected self and out to be on the same device, but got out on "
+                               f"{out.device} and self on {x.device}")
+
+
+def _cat_out(args, kwargs, outs) -> None:
+    # cat's meta function refuses 0-d tensors, wraps dim and wants a tensor (the functional op's
+    # errors), then checks the cast into out= (a TypeError, not dispatch's general RuntimeError)
+    # before the tensors' shapes.
+    tensors = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0) if kwargs else 0
+    if not tensors or any(t.dim() == 0 for t in tensors):
+        return
+    ranked = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]  # (legacy empties)
+    nd = ranked[0].dim() if ranked else 1
+    if not isinstance(dim, int) or not -nd <= dim < nd:
+        return
+    result = tensors[0].dtype
+    for t in tensors[1:]:
+        result = torch.promote_types(result, t.dtype)
+    for out in outs:
+        if out.dtype != result and not torch.can_cast(result, out.dtype):
+            raise TypeError(f"torch.cat(): input types can't be cast to the desired output type "
+                            f"{dtype_name(out.dtype)}")
+
+
 def _signbit_out(args, kwargs, outs) -> None:
     if any(out.dtype != torch.bool for out in outs):
         raise RuntimeError("signbit does not support non-boolean outputs.")
@@ -325,6 +360,8 @@ _OUT_RULES: dict[str, Callable] = {
     "sub": _add_casts(sub=True),
     "heaviside": _heaviside_out,
     "signbit": _signbit_out,
+    "nonzero": _nonzero_out,
+    "cat": _cat_out,
 }
 
 

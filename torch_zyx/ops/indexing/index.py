@@ -10,6 +10,7 @@ embedding_renorm_ mark the named positions with a one-hot compare over the index
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -96,14 +97,19 @@ def take(x, index):
 def index_fill(x, dim, index, value):
     """x with the slices along ``dim`` that ``index`` names set to ``value`` (negative entries
     count from the end): each position compared with every entry, no host round trip."""
-    if index.dtype != torch.int64:
-        raise IndexError("index_fill_(): Expected dtype int64 for index.")
-    if index.dim() > 1:
-        raise RuntimeError("Index has to be a vector/scalar")
+    # ATen's order: the Tensor overload checks its value's dimensions and calls the Scalar one
+    # with value.item(), which checks the index dtype, a complex value, dim, the index's dims.
     if isinstance(value, torch.Tensor) and value.dim() != 0:
         raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                            f"{value.dim()} dimension(s).")
+    if index.dtype != torch.int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+    complex_value = value.dtype.is_complex if isinstance(value, torch.Tensor) else isinstance(value, complex)
+    if complex_value and not x.dtype.is_complex:
+        raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is not supported")
     d = check_dim(x, dim)
+    if index.dim() > 1:
+        raise RuntimeError("Index has to be a vector/scalar")
     node = read(x)
     device = x._storage.device
     if index.numel() == 0:
@@ -310,12 +316,27 @@ def _on_device(indices, device) -> list:
             else i for i in indices]
 
 
-def _as_long_indices(indices) -> tuple[list, set[int]]:
+UINT8_DEPRECATED = "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead."
+
+
+def _check_mask(x, mask, start: int) -> None:
+    """ATen's expandTensors: a mask covering ``x``'s dims from ``start`` has their sizes (checked
+    before its true positions are counted; a uint8 mask warns that it is deprecated)."""
+    if mask.dtype == torch.uint8:
+        warnings.warn(UINT8_DEPRECATED, UserWarning, stacklevel=6)
+    for j in range(mask.dim()):
+        if start + j < x.dim() and mask.shape[j] != x.shape[start + j]:
+            raise IndexError(f"The shape of the mask {list(mask.shape)} at index {j} does not match the "
+                             f"shape of the indexed tensor {list(x.shape)} at index {start + j}")
+
+
+def _as_long_indices(x, indices) -> tuple[list, set[int]]:
     """Indices with every bool mask replaced by the long index tensors of its true positions,
     and the positions in that list of the tensors that came from masks."""
     out, from_masks = [], set()
     for idx in indices:
         if idx is not None and idx.dtype in (torch.bool, torch.uint8):
+            _check_mask(x, idx, len(out))
             positions = nonzero(idx).unbind(1)
             from_masks.update(range(len(out), len(out) + len(positions)))
             out.extend(positions)
@@ -330,14 +351,22 @@ def _advanced(x, indices):
     Returns (node with the indexed dims flattened into axis 0 and the others after it in
     order, flat index node of the broadcast index shape B, B, rest dims, where B goes in the
     result: 0 or the first indexed dim when the indexed dims are adjacent)."""
-    indices, from_masks = _as_long_indices(_on_device(indices, x._storage.device))
+    indices, from_masks = _as_long_indices(x, _on_device(indices, x._storage.device))
     if len(indices) > x.dim():
         raise IndexError(f"too many indices for tensor of dimension {x.dim()} (got {len(indices)})")
     indexed = [d for d, idx in enumerate(indices) if idx is not None]
     for d in indexed:
         if indices[d].dtype not in (torch.int64, torch.int32):
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
-    shape = tuple(torch.broadcast_shapes(*(tuple(indices[d].shape) for d in indexed)))
+    try:
+        shape = tuple(torch.broadcast_shapes(*(tuple(indices[d].shape) for d in indexed)))
+    except RuntimeError:
+        shapes = ", ".join(str(list(indices[d].shape)) for d in indexed)
+        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes "
+                         f"{shapes}") from None
+    if math.prod(shape) and any(x.shape[d] == 0 for d in indexed):
+        # (ATen's AdvancedIndex: no entry of a non-empty index can be in range of an empty dim)
+        raise IndexError("index is out of bounds for dimension with size 0")
     node = read(x)
     rest = [d for d in range(x.dim()) if d not in indexed]
     node = g.permute(node, tuple(indexed + rest))
@@ -373,6 +402,8 @@ def _place(nb: int, nrest: int, position: int) -> tuple[int, ...]:
 
 @register(aten.index.Tensor)
 def index(x, indices):
+    if not indices:
+        raise IndexError("at least one index must be provided")
     indices = _on_device(indices, x._storage.device)
     if not any(i is not None for i in indices):
         return wrap(read(x), x._storage.device)
@@ -387,12 +418,34 @@ def index(x, indices):
     return wrap(out, x._storage.device)
 
 
-@register(aten.index_put.default)
-def index_put(x, indices, values, accumulate=False):
+def _expandable(shape, target) -> bool:
+    """ATen's is_expandable_to: ``shape`` broadcasts to ``target`` without changing it."""
+    if len(shape) > len(target):
+        return False
+    return all(n == 1 or n == t for n, t in zip(reversed(shape), reversed(target)))
+
+
+def _check_values(x, values, target) -> None:
+    """make_index_put_iterator's checks, in its order: the values expand to the indexing result
+    ``target``, then they have ``x``'s dtype."""
+    vshape = tuple(values.shape) if isinstance(values, torch.Tensor) else ()
+    if not _expandable(vshape, tuple(target)):
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vshape)} cannot be broadcast "
+                           f"to indexing result of shape {list(target)}")
     if isinstance(values, torch.Tensor) and values.dtype != x.dtype:
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
-                           f"{dtype_name(x.dtype)} for the destination and {dtype_name(values.dtype)} for the source.")
+                           f"{dtype_name(x.dtype)} for the destination and {dtype_name(values.dtype)} "
+                           "for the source.")
+
+
+@register(aten.index_put.default)
+def index_put(x, indices, values, accumulate=False):
     indices = _on_device(indices, x._storage.device)
+    if all(i is None for i in indices):
+        # ATen indexes nothing: its values check against the whole tensor, then its kernel
+        # asserts (an internal error) that it has an index.
+        _check_values(x, values, x.shape)
+        raise RuntimeError("index_put_: at least one index tensor must be provided")
     if isinstance(values, ZyxTensor):
         vnode = g.cast(read(values), zdtype(x.dtype))
     elif isinstance(values, torch.Tensor) and values.numel() != 1:
@@ -402,6 +455,8 @@ def index_put(x, indices, values, accumulate=False):
         vnode = operand(values, x.dtype)
     if len(indices) == 1 and indices[0] is not None and indices[0].dtype == torch.bool \
             and tuple(indices[0].shape) == tuple(x.shape) and vnode.numel == 1:
+        # (ATen fills a mask with a host value; zyx's device values reach its dtype check)
+        _check_values(x, values, tuple(values.shape) if isinstance(values, torch.Tensor) else ())
         # A full-shape mask with one value: an elementwise select, no data-dependent shape.
         node = read(x)
         mask = g.cast(read(indices[0]), dtypes.bool_)
@@ -410,21 +465,12 @@ def index_put(x, indices, values, accumulate=False):
             v = g.binary("or" if node.dtype == dtypes.bool_ else "add", node, v)
         return wrap(g.where(mask, v, node), x._storage.device)
     node, flat, shape, rest, position = _advanced(x, indices)
-    m = 1
-    for s_ in shape:
-        m *= s_
-    if m == 0 or node.shape[0] == 0:
-        return wrap(read(x), x._storage.device)
     # values broadcast to the result layout of x[indices], then back to (B..., rest...).
     target = tuple(_result_shape(shape, rest, position))
-    if len(vnode.shape) > len(target):
-        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vnode.shape)} cannot be broadcast "
-                           f"to indexing result of shape {list(target)}")
-    try:
-        torch.broadcast_shapes(vnode.shape, target)
-    except RuntimeError:
-        raise RuntimeError(f"shape mismatch: value tensor of shape {list(vnode.shape)} cannot be broadcast "
-                           f"to indexing result of shape {list(target)}") from None
+    _check_values(x, values, target)
+    m = math.prod(shape)
+    if m == 0 or node.shape[0] == 0:
+        return wrap(read(x), x._storage.device)
     vals = g.expand(g.reshape(vnode, (1,) * (len(target) - len(vnode.shape)) + vnode.shape), target)
     perm = _place(len(shape), len(rest), position)
     inverse = tuple(perm.index(i) for i in range(len(perm)))
