@@ -123,18 +123,41 @@ def is_random(op) -> bool:
 
 def to_zyx(value):
     """Move one sample-input leaf to zyx, keeping leaf-ness and requires_grad. A meta tensor stays
-    meta: error inputs use one as a tensor on another device (it has no data to copy)."""
+    meta: error inputs use one as a tensor on another device (it has no data to copy). A partial
+    view of a larger storage (``base[5:15]``) moves with its whole storage and stays that view:
+    ops that address the storage (as_strided's storage_offset) must see the same elements."""
     if isinstance(value, torch.Tensor) and not value.is_meta:
+        base = value._base
+        if (base is not None and base.dtype == value.dtype and base.is_contiguous()
+                and value.storage_offset() + value.numel() < base.numel()):
+            view = base.detach().to("zyx").as_strided(value.shape, value.stride(), value.storage_offset())
+            return view.requires_grad_(value.requires_grad)
         return value.detach().to("zyx").requires_grad_(value.requires_grad)
+    return value
+
+
+def device_to_zyx(value):
+    """A positional device argument naming the CPU (``x.to("cpu", torch.float64)``, the samples
+    being made for the CPU) names zyx instead, as a ``device=`` keyword does."""
+    if isinstance(value, torch.device) and value.type == "cpu" or value == "cpu":
+        return torch.device("zyx")
     return value
 
 
 def sample_to_zyx(sample):
     """The sample with its tensors on zyx; a factory op's ``device=`` kwarg is pointed at zyx too."""
     moved = sample.transform(to_zyx)
+    moved.args = tuple(device_to_zyx(a) if isinstance(a, (torch.device, str)) else a for a in moved.args)
     if "device" in moved.kwargs:
         moved.kwargs = {**moved.kwargs, "device": "zyx"}
     return moved
+
+
+def no_tensors(sample) -> bool:
+    """Whether a sample has no tensor at all (a factory called without ``device=``, as
+    ``linspace(1, 3, 1)``: run on zyx as the default device, its result is zyx's to compare)."""
+    leaves = tree_flatten((sample.input, sample.args, sample.kwargs))[0]
+    return not any(isinstance(v, torch.Tensor) for v in leaves)
 
 
 def realize_all(value):
@@ -446,7 +469,11 @@ class TestZyxOpInfo(OpInfoChecks, TestCase):
                 zs = sample_to_zyx(sample)
                 if values:
                     torch.manual_seed(0)
-                zyx_out = op(zs.input, *zs.args, **zs.kwargs)
+                if no_tensors(zs) and "device" not in zs.kwargs:
+                    with torch.device("zyx"):
+                        zyx_out = op(zs.input, *zs.args, **zs.kwargs)
+                else:
+                    zyx_out = op(zs.input, *zs.args, **zs.kwargs)
                 try:
                     compare(zyx_out, cpu_out, dtype, values=values, what=f"sample {i} output")
                 except AssertionError as mismatch:
