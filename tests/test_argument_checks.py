@@ -321,3 +321,17 @@ VALUE_CASES = {
 def test_valid_calls_match_cpu(name, no_fallback):
     fn = VALUE_CASES[name]
     compare(fn("zyx"), fn("cpu"))
+
+
+def test_complex_number_into_a_real_tensor_once_complex_values_exist():
+    """Once a complex zyx tensor exists, ops with a complex Python number go through dispatch's
+    complex path; on real tensors the real lowering still makes CPU torch's check (PyTorch's
+    reference of index_fill called index_fill again: a RecursionError)."""
+    torch.ones(2, dtype=torch.complex64, device="zyx")
+    errors = []
+    for dev in ("cpu", "zyx"):
+        with pytest.raises(RuntimeError) as info:
+            torch.zeros(3, 4, device=dev).index_fill(1, torch.tensor([0], device=dev), 1j)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+    torch.testing.assert_close((torch.zeros(2, device="zyx") + 1j).cpu(), torch.zeros(2) + 1j)

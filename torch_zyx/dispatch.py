@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_map
 from .config import CONFIG
 from .counters import bump
 from .ops import argument_checks, complex, registry, unsigned
-from .ops.complex.base import check_complex32
+from .ops.complex.base import check_complex32, is_complex
 from .record import overlap, random
 from .record.complex import complex32_seen
 from .record.pending import defer_error, reraise_deferred
@@ -149,6 +149,11 @@ def _dispatch_complex(func, args, kwargs):
     if complex32_seen[0]:
         check_complex32(func, args, kwargs)  # (CPU torch's few ComplexHalf kernels)
     lowering = _COMPLEX_OF.get(func._name)
+    if lowering is None and not any(is_complex(a) for a in args):
+        # Real tensors with a complex Python number (index_fill(..., 1j)): the real lowering
+        # raises CPU torch's error, or declines; PyTorch's reference of such an op would
+        # call the op again, round and round.
+        lowering = _LOWERING_OF.get(func._name)
     if lowering is not None:
         try:
             return lowering(*args, **kwargs)
