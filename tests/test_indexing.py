@@ -237,8 +237,10 @@ def test_writes_to_a_large_target_follow_the_entries(no_fallback):
 
 
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int8, torch.int16,
+                                   torch.uint8])
 def test_reducing_scatters_combine_in_place(reduce, dtype, no_fallback):
+    # (int8/int16/uint8: the named elements start from their dtype's own limits without include_self)
     gen = torch.Generator().manual_seed(3)
     x, src = make((5, 4), dtype, low=-3, high=3), make((12, 4), dtype, seed=8, low=-3, high=3)
     index = torch.randint(0, 5, (12, 4), generator=gen)

@@ -20,6 +20,7 @@ from ...record.checks import check_index
 from ...record.tensor import read, wrap
 from ...record.transfer import zdtype
 from ..math.elementwise import floor_div
+from ..math.scan import highest, lowest
 from ..registry import aten, broadcast_shape, dtype_name, register, wrap_dim
 from .index import (
     OUT_OF_RANGE,
@@ -47,10 +48,8 @@ def _identity(op: str, dtype: dtypes.DType):
     if op == "prod":
         return 1
     if op in ("amax", "amin"):
-        if dtype.is_float:
-            return float("-inf") if op == "amax" else float("inf")
-        info = torch.iinfo(torch.int64 if dtype.itemsize == 8 else torch.int32)
-        return info.min if op == "amax" else info.max
+        # The dtype's own limits: int8's amin identity is 127 (int32's maximum, cast, was -1).
+        return lowest(dtype) if op == "amax" else highest(dtype)
     return 0
 
 
