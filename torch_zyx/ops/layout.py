@@ -18,6 +18,7 @@ import math
 import torch
 
 from ..lazy import graph as g
+from ..record.overlap import non_overlapping_and_dense
 from ..record.tensor import ZyxTensor, meta, wrap
 
 
@@ -132,14 +133,5 @@ def _channels_last(shape, strides) -> bool:
 
 
 def _dense(shape, strides) -> bool:
-    """Whether the elements fill a block of memory without overlap (ATen's
-    is_non_overlapping_and_dense)."""
-    if math.prod(shape) == 0:
-        return True
-    dims = sorted((stride, size) for size, stride in zip(shape, strides) if size != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    """ATen's is_non_overlapping_and_dense (an empty tensor is)."""
+    return math.prod(shape) == 0 or non_overlapping_and_dense(shape, strides)

@@ -83,16 +83,24 @@ def rules_of(func) -> Rules:
                  base in _ANY_OVERLAP_CHECKED, base in _CHECKED_AFTER_RESIZE)
 
 
-def _dense_span(t: ZyxTensor) -> tuple[int, int] | None:
-    """The element range [start, end) of ``t``'s storage that ``t`` covers when its elements fill it
-    without gaps or repeats (any order of axes), else None: like ATen, overlap is only judged there."""
-    shape, strides, offset, _dense = meta(t)
+def non_overlapping_and_dense(shape, strides) -> bool:
+    """Whether elements of these sizes and strides fill a block of memory without gaps or repeats,
+    in any order of axes (ATen's is_non_overlapping_and_dense for a non-empty tensor)."""
     axes = sorted((stride, size) for size, stride in zip(shape, strides) if size != 1)
     expected = 1
     for stride, size in axes:
         if stride != expected:
-            return None
+            return False
         expected *= size
+    return True
+
+
+def _dense_span(t: ZyxTensor) -> tuple[int, int] | None:
+    """The element range [start, end) of ``t``'s storage that ``t`` covers when its elements fill it
+    without gaps or repeats (any order of axes), else None: like ATen, overlap is only judged there."""
+    shape, strides, offset, _dense = meta(t)
+    if not non_overlapping_and_dense(shape, strides):
+        return None
     return offset, offset + math.prod(shape)
 
 
