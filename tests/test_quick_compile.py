@@ -98,3 +98,12 @@ def test_the_same_source_for_more_work_runs_optimized():
     source = source_program.source
     again = device.program(source_program.name, source)  # asked for without quick
     assert again is source_program and not again.quick and torch_zyx.counters()["kernels_optimized"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_sign_bit_of_widened_halves_compiles_quick(dtype):
+    """signbit and copysign read the sign bit of a value widened from 16 bits; compiled without
+    the passes, LLVM's code generator aborted the process on bfloat16 (math_ir.signbit)."""
+    x = torch.tensor([[-0.0, 0.0, -1.5, 2.0], [float("nan"), -float("inf"), 3.0, -7.0]], dtype=dtype)
+    torch.testing.assert_close(torch.signbit(x.to("zyx")).cpu(), torch.signbit(x))
+    torch.testing.assert_close(torch.copysign(x.to("zyx"), -1.0).cpu(), torch.copysign(x, -1.0), equal_nan=True)

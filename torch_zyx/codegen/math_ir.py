@@ -174,7 +174,11 @@ class MathBuilder:
         return self.emit(f"xor {self.m.ct} {a}, {self.m.splat('true', 'i1')}")
 
     def signbit(self, a: str) -> str:
-        return self.icmp("slt", self.to_bits(a), self.ic(0))
+        # (frozen first: given unoptimized IR, LLVM's code generator folded the sign test of a
+        # widened bfloat16, bits shifted left by 16, into a shift of mismatched types and failed
+        # an assertion; a frozen value is not looked through)
+        frozen = self.emit(f"freeze {self.m.t} {a}")
+        return self.icmp("slt", self.to_bits(frozen), self.ic(0))
 
     def select(self, cond: str, a: str, b: str) -> str:
         return self.emit(f"select {self.m.ct} {cond}, {self.m.t} {a}, {self.m.t} {b}")
