@@ -24,7 +24,7 @@ import math
 
 from ...lazy import graph as g
 from ..linalg.lazymat import Lz, diagonal, eye, index, mask, step, where, zeros
-from ..linalg.spectral import _check_ormqr_shapes, _even, _order, jacobi_sweeps
+from ..linalg.spectral import _check_ormqr_shapes, _even, _order, check_householder_product, jacobi_sweeps
 from ..registry import aten
 from .base import register_complex
 from .linalg import Cz, _matrix, _read, _square, cout, cstored, cwhere, czeros, rout
@@ -141,17 +141,7 @@ def geqrf(a):
 @register_complex(aten.linalg_householder_product.default)
 def householder_product(a, tau):
     api = "torch.linalg.householder_product"
-    if a.dim() < 2:
-        raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
-    if a.shape[-2] < a.shape[-1]:
-        raise RuntimeError(f"{api}: input.shape[-2] must be greater than or equal to input.shape[-1]")
-    if tau.shape[-1] > a.shape[-1]:
-        raise RuntimeError(f"{api}: input.shape[-1] must be greater than or equal to tau.shape[-1]")
-    if tau.dim() != a.dim() - 1:
-        raise RuntimeError(f"{api}: Expected tau to have one dimension less than input, but got "
-                           f"tau.ndim equal to {tau.dim()} and input.ndim is equal to {a.dim()}")
-    if a.dtype != tau.dtype:
-        raise RuntimeError(f"{api}: tau dtype {tau.dtype} does not match input dtype {a.dtype}")
+    check_householder_product(api, a, tau)
     vs = _matrix(a, api)
     m, n = vs.shape[-2:]
     return cout(apply_q(vs, _taus(tau), _eye(m, n, vs.shape[:-2], vs.dtype), a._storage.device), a)

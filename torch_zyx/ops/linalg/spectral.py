@@ -110,17 +110,7 @@ def geqrf(a):
 @register(aten.linalg_householder_product.default)
 def householder_product(a, tau):
     api = "torch.linalg.householder_product"
-    if a.dim() < 2:
-        raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
-    if a.shape[-2] < a.shape[-1]:
-        raise RuntimeError(f"{api}: input.shape[-2] must be greater than or equal to input.shape[-1]")
-    if tau.shape[-1] > a.shape[-1]:
-        raise RuntimeError(f"{api}: input.shape[-1] must be greater than or equal to tau.shape[-1]")
-    if tau.dim() != a.dim() - 1:
-        raise RuntimeError(f"{api}: Expected tau to have one dimension less than input, but got "
-                           f"tau.ndim equal to {tau.dim()} and input.ndim is equal to {a.dim()}")
-    if a.dtype != tau.dtype:
-        raise RuntimeError(f"{api}: tau dtype {tau.dtype} does not match input dtype {a.dtype}")
+    check_householder_product(api, a, tau)
     vs = float_input(a, api)
     m, n = vs.shape[-2:]
     return out(apply_q(vs, _taus(tau), eye(m, n, vs.dtype).expand(vs.shape), a._storage.device), a)
@@ -139,6 +129,22 @@ def ormqr(a, tau, other, left=True, transpose=False):
                            f"{type_name(a.dtype)} and {type_name(other.dtype)}")
     _check_ormqr_shapes(tuple(a.shape), tuple(tau.shape), tuple(other.shape), left)
     return out(apply_q(vs, _taus(tau), c, other._storage.device, left, transpose), other)
+
+
+def check_householder_product(api: str, a, tau) -> None:
+    """ATen's checks of linalg.householder_product, in its order and with its messages (real and
+    complex inputs alike)."""
+    if a.dim() < 2:
+        raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
+    if a.shape[-2] < a.shape[-1]:
+        raise RuntimeError(f"{api}: input.shape[-2] must be greater than or equal to input.shape[-1]")
+    if tau.shape[-1] > a.shape[-1]:
+        raise RuntimeError(f"{api}: input.shape[-1] must be greater than or equal to tau.shape[-1]")
+    if tau.dim() != a.dim() - 1:
+        raise RuntimeError(f"{api}: Expected tau to have one dimension less than input, but got "
+                           f"tau.ndim equal to {tau.dim()} and input.ndim is equal to {a.dim()}")
+    if a.dtype != tau.dtype:
+        raise RuntimeError(f"{api}: tau dtype {tau.dtype} does not match input dtype {a.dtype}")
 
 
 def _check_ormqr_shapes(a: tuple, tau: tuple, other: tuple, left: bool) -> None:
