@@ -70,8 +70,8 @@ def _install_cuda_render_check(directory: _Path) -> None:
     written = {"files": 0}
     installed_by = _os.getpid()
 
-    def checked_build_plan(device, roots, sig):
-        plan = build_plan(device, roots, sig)
+    def checked_build_plan(device, roots, sig, **options):
+        plan = build_plan(device, roots, sig, **options)
         if _cuda_check["active"]:
             start = _time.thread_time()  # CPU time: wall time on a loaded machine says little
             try:
