@@ -139,7 +139,8 @@ def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature, g
         kernels_ir.append(loop)
         literals.append(None if values is None else _literal_buffer(device, values))
         lower_keys.append(lower_key)
-    return Plan(schedule, programs, kernels_ir, len(sig.buffers), len(sig.scalar_dtypes), literals, lower_keys)
+    return Plan(schedule, programs, kernels_ir, len(sig.buffers), len(sig.scalar_dtypes), literals,
+                lower_keys)
 
 
 def _lowered_kernel(device: DeviceContext, kernel, dtypes_: list, sig: GraphSignature, schedule: Schedule,

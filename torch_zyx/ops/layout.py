@@ -45,8 +45,8 @@ def follow_inputs(lowering):
 def _relaid(result: ZyxTensor, args) -> ZyxTensor:
     """``result`` (fresh, contiguous) stored in the order ``output_strides`` gives."""
     shape, _strides, _offset, dense = meta(result)
-    if not dense or len(shape) < 2 or result._storage.numel == 0 or any(isinstance(a, ZyxTensor) and a._storage is result._storage
-                                          for a in args):
+    fresh = not any(isinstance(a, ZyxTensor) and a._storage is result._storage for a in args)
+    if not dense or len(shape) < 2 or result._storage.numel == 0 or not fresh:
         return result  # (an input returned as it is, or a view: not a fresh result)
     operands = [meta(a)[:2] if isinstance(a, ZyxTensor) else (tuple(a.shape), a.stride())
                 for a in args if isinstance(a, torch.Tensor)]
@@ -129,7 +129,8 @@ def _contiguous(shape, strides) -> bool:
 
 
 def _channels_last(shape, strides) -> bool:
-    return len(shape) == 4 and _contiguous([shape[i] for i in (0, 2, 3, 1)], [strides[i] for i in (0, 2, 3, 1)])
+    nhwc = (0, 2, 3, 1)
+    return len(shape) == 4 and _contiguous([shape[i] for i in nhwc], [strides[i] for i in nhwc])
 
 
 def _dense(shape, strides) -> bool:
