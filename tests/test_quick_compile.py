@@ -83,6 +83,29 @@ def test_a_generic_plan_that_keeps_running_gets_programs_of_its_sizes(monkeypatc
         assert bool(generic) == (run + 1 < realize.QUICK_RUNS)
 
 
+def test_sizes_that_keep_changing_specialize_a_bounded_number_of_programs(monkeypatch):
+    """A loop over many shapes, run a few times over (every plan reaches ``QUICK_RUNS``): a
+    size-generic program is specialized for ``SIZES_PER_DOUBLING`` sizes, then a size needs
+    twice the runs, so the optimizer runs a bounded number of times, not once per size."""
+    monkeypatch.setattr(realize, "_specializations", {})
+    sizes = range(41, 41 + 3 * realize.SIZES_PER_DOUBLING)
+    inputs = {n: torch.randn(n, 3) for n in sizes}
+    torch_zyx.reset_counters()
+    for run in range(realize.QUICK_RUNS):
+        for n, x in inputs.items():
+            got = (x.to("zyx")[1:].cumsum(0) * 0.75).cpu()
+            torch.testing.assert_close(got, x[1:].cumsum(0) * 0.75)
+    counts = _counts()
+    assert counts["kernels_compiled_quick"] < len(sizes) // 2, counts
+    assert 0 < counts["kernels_optimized"] <= realize.SIZES_PER_DOUBLING * counts["kernels_compiled_quick"], counts
+    assert counts["kernels_optimized"] < len(sizes), counts
+    optimized = counts["kernels_optimized"]
+    for run in range(realize.QUICK_RUNS):  # 6 runs in all: the next sizes' turn
+        for n, x in inputs.items():
+            torch.testing.assert_close((x.to("zyx")[1:].cumsum(0) * 0.75).cpu(), x[1:].cumsum(0) * 0.75)
+    assert optimized < _counts()["kernels_optimized"] <= 2 * optimized, _counts()
+
+
 def test_the_same_source_for_more_work_runs_optimized():
     """A program compiled quick and then needed by a launch of much more work (the same source:
     the outer range is a parameter) is optimized first."""

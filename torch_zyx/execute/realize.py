@@ -77,6 +77,16 @@ class Plan:
         self.steps: tuple | None | object = _UNKNOWN
         self.tracked = tuple(sorted({i for launch in self.launches for i in launch[3]}))
 
+    def runs_to_specialize(self) -> int:
+        """Launches after which ``specialize`` pays: ``QUICK_RUNS``, doubled for every
+        ``SIZES_PER_DOUBLING`` sizes a size-generic program of the plan was specialized for
+        already. Sizes that keep changing (a loop over shapes run a few times) then compile a
+        bounded number of optimized programs instead of one per size and kernel; a training
+        loop's few sizes per program specialize at ``QUICK_RUNS`` as before."""
+        made = max((_specializations.get(program.name, 0) for program, literals
+                    in zip(self.programs, self.literals) if literals is not None), default=0)
+        return QUICK_RUNS << min(made // SIZES_PER_DOUBLING, 30)
+
     def specialize(self, device: DeviceContext) -> None:
         """The plan's quick programs optimized: its size-generic ones replaced by programs of
         their own sizes (compiled with the passes), the others compiled again with the passes."""
@@ -84,6 +94,8 @@ class Plan:
             if literals is None:
                 self.programs[k].upgrade()
             else:
+                generic_name = self.programs[k].name
+                _specializations[generic_name] = _specializations.get(generic_name, 0) + 1
                 loop = self.kernels_ir[k]
                 self.programs[k] = _program(device, loop, specializing=True)
                 # Later plans with this kernel take the specialized program at once.
@@ -99,9 +111,14 @@ _UNKNOWN = object()
 # run once or twice (a new shape, a test) never pays the optimizer, one in a loop does from its
 # third run (the benchmarks' warm-up runs it that often).
 QUICK_RUNS = 3
+# Sizes a size-generic program is specialized for before the runs that ask for one more double
+# (``Plan.runs_to_specialize``).
+SIZES_PER_DOUBLING = 8
 # (device, slot dtypes, stores' ASTs) → (loop IR, program): lowering is the costly part of a miss.
 _lowered: dict[tuple, tuple] = BoundedCache(2 * CONFIG.cache_entries)
 _plans: dict[tuple, Plan] = BoundedCache(CONFIG.cache_entries)
+# Size-generic program name → how many specialized programs were compiled from it.
+_specializations: dict[str, int] = BoundedCache(2 * CONFIG.cache_entries)
 
 
 def _build_plan(device: DeviceContext, roots: list[Node], sig: GraphSignature, generic: bool = True) -> Plan:
@@ -283,7 +300,7 @@ def launch_plan(plan: Plan, device: DeviceContext, buffers: list, random_args: l
     debug = CONFIG.debug
     if plan.quick_runs is not None:
         plan.quick_runs += 1
-        if plan.quick_runs >= QUICK_RUNS:
+        if plan.quick_runs >= QUICK_RUNS and plan.quick_runs >= plan.runs_to_specialize():
             # A plan that keeps running (a training step, a loop): its kernels optimized now.
             plan.specialize(device)
             plan.quick_runs = None
