@@ -203,6 +203,7 @@ def _expand_attention(node: Node) -> Node:
 
 
 _EXPANSIONS = {LAYER_NORM: _expand_layer_norm, SOFTMAX: _expand_softmax, ATTENTION: _expand_attention}
+EXPANDED = frozenset(_EXPANSIONS)  # (the ops ``expand`` replaces)
 
 
 def expand(node: Node, keep=None) -> Node:

@@ -142,7 +142,7 @@ class GraphSignature:
 
 class Kernelizer:
     def __init__(self, roots: list[Node], signature: GraphSignature, pinned: frozenset = frozenset(),
-                 merge_matmuls: bool = True):
+                 merge_matmuls: bool = True, order: list[Node] | None = None):
         self.roots = roots
         self.sig = signature
         self.pinned = pinned  # ids of values that must be stored (matmul operand panels)
@@ -152,7 +152,7 @@ class Kernelizer:
         self.merge_matmuls = merge_matmuls
         # The graph actually kernelized: the signature's graph after rewrites (the cache key
         # stays the signature's, the rewrites are deterministic).
-        self.order = g.toposort(roots)
+        self.order = g.toposort(roots) if order is None else order
         self.rc: dict[int, int] = {}
         for node in self.order:
             for src in node.srcs:
@@ -567,12 +567,16 @@ def _split_reduce(node: Node) -> Node:
     return g.reshape(total, node.shape)
 
 
-def rewrite(roots: list[Node], keep=None) -> list[Node]:
+def rewrite(roots: list[Node], keep=None, order: list[Node] | None = None) -> tuple[list[Node], list | None]:
     """The graph rewrites applied before kernelizing: composites expanded into primitives
     (lazy/composite.py) unless ``keep`` (the device's choice) keeps one whole, then large reduces
-    split (each a pass, sources before users; the second sees the reduces the first made)."""
-    roots = g.rewrite_bottom_up(roots, lambda node: composite.expand(node, keep))
-    return g.rewrite_bottom_up(roots, lambda node: _split_reduce(node) if node.op == "REDUCE" else node)
+    split (each a pass, sources before users; the second sees the reduces the first made).
+    Returns the roots and, when nothing changed, ``order`` (``toposort(roots)``; else None)."""
+    expanded = g.rewrite_bottom_up(roots, lambda node: composite.expand(node, keep), composite.EXPANDED,
+                                   order)
+    order = order if expanded is roots else None
+    split = g.rewrite_bottom_up(expanded, _split_reduce, g.REDUCE, order)
+    return split, order if split is expanded else None
 
 
 def kernelize(roots: list[Node], signature: GraphSignature,
@@ -580,5 +584,7 @@ def kernelize(roots: list[Node], signature: GraphSignature,
     """The kernels of the graph ``roots`` for a device whose matmul register tile is ``tile``
     (None: matmul operands are read in place, never packed) and that computes the composite
     nodes ``keep`` accepts whole."""
-    roots, pinned = pack_matmul_operands(rewrite(roots, keep), tile)
-    return Kernelizer(roots, signature, pinned, merge_matmuls=tile is not None).build()
+    rewritten, order = rewrite(roots, keep, g.toposort(roots))
+    roots, pinned = pack_matmul_operands(rewritten, tile, order)
+    order = order if roots is rewritten else None
+    return Kernelizer(roots, signature, pinned, merge_matmuls=tile is not None, order=order).build()

@@ -65,20 +65,22 @@ PACK_MIN_REUSE = 16
 PACK_MIN_K = 32
 
 
-def pack_matmul_operands(roots: list[Node], tile: MatmulTile | None = DEFAULT_TILE
-                         ) -> tuple[list[Node], frozenset[int]]:
+def pack_matmul_operands(roots: list[Node], tile: MatmulTile | None = DEFAULT_TILE,
+                         order: list[Node] | None = None) -> tuple[list[Node], frozenset[int]]:
     """The graph with the operands of large matmul-shaped reduces read from panels for the
     device's ``tile``, and the ids of the packed values (the kernelizer stores each; they live
     as long as the roots). ``tile`` None: nothing packed (GPUs stage operand tiles in shared
-    memory instead, codegen/lower_tiles.py)."""
+    memory instead, codegen/lower_tiles.py). ``order``: ``toposort(roots)`` where the caller has
+    it; the roots themselves come back when nothing was packed (graph.rewrite_bottom_up)."""
     if tile is None:
         return roots, frozenset()
     pinned: set[int] = set()
 
     def pack(node: Node) -> Node:
-        return _packed_reduce(node, pinned, tile) if node.op == "REDUCE" else node
+        return _packed_reduce(node, pinned, tile)
 
-    return g.rewrite_bottom_up(roots, pack), frozenset(pinned)
+    return g.rewrite_bottom_up(roots, pack, g.REDUCE, order), frozenset(pinned)
+
 
 
 def _packed_reduce(node: Node, pinned: set[int], tile: MatmulTile) -> Node:
