@@ -71,3 +71,42 @@ def test_autograd_through_channels_last():
     (x.sigmoid() * x).sum().backward()
     (z.sigmoid() * z).sum().backward()
     torch.testing.assert_close(z.grad.cpu(), x.grad)
+
+
+# Views with dimensions of size 1: their strides decide nothing in the result's own layout, but
+# a later op's order of dimensions reads them (ATen's insertion sort over stride comparisons).
+SIZE_ONE_CASES = {
+    "comparison with a number": lambda t, o: t > 0,  # (the number is an operand: no fast setup)
+    "number times": lambda t, o: 2.5 * t,
+    "number minus": lambda t, o: 1 - t,
+    "where with a number": lambda t, o: torch.where(t > 0, t, 0.0),
+    "where of a comparison": lambda t, o: torch.where(t > 0, o, o),
+    "sum with a broadcast": lambda t, o: (t > 0) + o,
+    "lerp": lambda t, o: torch.lerp(t, o, 0.25),
+    "clamp": lambda t, o: t.clamp(min=0),
+    "number to a power": lambda t, o: torch.pow(2, t),  # (ATen computes it out=: contiguous)
+    "power of a number": lambda t, o: t ** 2,
+}
+
+
+@pytest.mark.parametrize("name", SIZE_ONE_CASES)
+@pytest.mark.parametrize("pending_limit", [False, True])
+def test_every_stride_follows_cpu_torch_with_size_one_dimensions(name, pending_limit, monkeypatch):
+    """Every stride, those of size-1 dimensions too, as CPU torch gives them: a permuted view of
+    (1, 1, 2, 1) compared with a number keeps the view's strides (2, 1, 1, 2), and a where over
+    it broadcast with the original lays out (4, 1, 2, 4), as on the CPU. ``pending_limit``: each
+    result realized as soon as it is recorded (the pending-graph limit), which must not change
+    its layout."""
+    if pending_limit:
+        from torch_zyx.config import CONFIG
+
+        monkeypatch.setattr(CONFIG, "max_pending", 0)
+    fn = SIZE_ONE_CASES[name]
+    base = torch.randn(1, 1, 2, 1)
+    other = torch.randn(3, 1, 2, 1)
+    for view in (lambda t: t.permute(0, 2, 3, 1), lambda t: t.permute(2, 0, 3, 1)[:, None],
+                 lambda t: t.expand(3, 1, 2, 1).permute(3, 1, 2, 0).abs()):
+        expected = fn(view(base), other)
+        got = fn(view(base.to("zyx")), other.to("zyx"))
+        assert got.stride() == expected.stride(), (got.stride(), expected.stride())
+        torch.testing.assert_close(got.cpu(), expected)

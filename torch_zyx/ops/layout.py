@@ -8,7 +8,8 @@ dense layout that layout, and otherwise the input dimensions ordered by their st
 (registry.LoweringTable) so that a result whose inputs ask for another layout is stored in that
 order (a permute of the same node: no extra kernel, and the kernel reads its inputs in memory
 order) and returned as a strided view, as on the CPU: ``relu`` of a channels-last activation
-stays channels-last, ``(x.t() * 2).stride()`` is ``x.t()``'s.
+stays channels-last, ``(x.t() * 2).stride()`` is ``x.t()``'s. Every stride counts, those of
+size-1 dimensions too: a later op's order of dimensions compares them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,15 @@ from ..lazy import graph as g
 from ..record.overlap import non_overlapping_and_dense
 from ..record.tensor import ZyxTensor, meta, wrap
 
+# Pointwise overloads whose ATen implementation computes into a fresh ``empty({0})`` through
+# the op's out= form: the output is resized, hence contiguous, whatever the inputs' layout.
+CONTIGUOUS_RESULTS = frozenset({"aten::pow.Scalar"})
 
-def follow_inputs(lowering):
-    """``lowering`` of a pointwise op, its tensor results laid out as TensorIterator would."""
+
+def follow_inputs(lowering, operands: tuple = ()):
+    """``lowering`` of a pointwise op, its tensor results laid out as TensorIterator would.
+    ``operands``: (position, name) of the op's arguments that TensorIterator takes as operands
+    when given a number (``operand_arguments``)."""
 
     def laid_out(*args, **kwargs):
         result = lowering(*args, **kwargs)
@@ -33,29 +40,58 @@ def follow_inputs(lowering):
         else:
             return result  # (every zyx input contiguous from 0: the result's layout already)
         if isinstance(result, ZyxTensor):
-            return _relaid(result, args)
+            return _relaid(result, args, _numbers(args, kwargs, operands))
         if isinstance(result, tuple):
-            return tuple(_relaid(r, args) if isinstance(r, ZyxTensor) else r for r in result)
+            numbers = _numbers(args, kwargs, operands)
+            return tuple(_relaid(r, args, numbers) if isinstance(r, ZyxTensor) else r for r in result)
         return result
 
     laid_out.follows_inputs = True
     return laid_out
 
 
-def _relaid(result: ZyxTensor, args) -> ZyxTensor:
-    """``result`` (fresh, contiguous) stored in the order ``output_strides`` gives."""
+def operand_arguments(schema) -> tuple:
+    """(position, name) of the arguments of an aten pointwise op that TensorIterator takes as
+    operands when they are numbers: a Tensor argument given a Python number (a wrapped number),
+    and the Scalar ``self``/``other`` of the Scalar overloads (``gt.Scalar``, ``where.ScalarOther``,
+    ``pow.Scalar``...), which ATen wraps into a 0-dim tensor; other Scalars (``alpha``,
+    ``min``, a ``pow.Tensor_Scalar`` exponent) are parameters of the kernel."""
+    return tuple((i, a.name) for i, a in enumerate(schema.arguments) if not a.kwarg_only and (
+        a.type.kind() == "TensorType" or (a.type.kind() == "NumberType" and a.name in ("self", "other"))))
+
+
+def _numbers(args, kwargs, operands: tuple) -> int:
+    """How many of ``operands`` are numbers in this call."""
+    count = 0
+    for position, name in operands:
+        value = args[position] if position < len(args) else kwargs.get(name)
+        count += isinstance(value, (bool, int, float, complex))
+    return count
+
+
+def _relaid(result: ZyxTensor, args, numbers: int = 0) -> ZyxTensor:
+    """``result`` (fresh, contiguous) stored in the order ``output_strides`` gives; ``numbers``:
+    the 0-dim operands TensorIterator makes of number arguments."""
     shape, _strides, _offset, dense = meta(result)
     fresh = not any(isinstance(a, ZyxTensor) and a._storage is result._storage for a in args)
     if not dense or len(shape) < 2 or result._storage.numel == 0 or not fresh:
         return result  # (an input returned as it is, or a view: not a fresh result)
     operands = [meta(a)[:2] if isinstance(a, ZyxTensor) else (tuple(a.shape), a.stride())
-                for a in args if isinstance(a, torch.Tensor)]
+                for a in args if isinstance(a, torch.Tensor)] + [((), ())] * numbers
     strides = output_strides(shape, operands)
     if strides is None:
         return result
     order = sorted(range(len(shape)), key=lambda d: -strides[d])  # slowest first
-    node = result._storage._shaped
-    if node is None or node.shape != shape:
+    storage = result._storage
+    node = storage._shaped
+    if node is None:
+        # Realized already (the pending-graph limit was reached when it was wrapped): its buffer
+        # (a complex value is held as real pairs: not one element per position).
+        value = storage._value
+        if value is None or value.op != "BUFFER" or value.shape != (math.prod(shape),):
+            return result
+        node = g.reshape(value, shape)
+    elif node.shape != shape:
         return result
     stored = wrap(g.permute(node, tuple(order)), result._storage.device)
     return ZyxTensor(stored._storage, shape, strides, 0)

@@ -11,7 +11,7 @@ from ..lazy import graph as g
 from ..lazy.graph import Node
 from ..record.tensor import ZyxTensor, meta, read, wrap
 from ..record.transfer import TORCH_TO_ZYX, ZYX_TO_TORCH, zdtype
-from .layout import follow_inputs
+from .layout import CONTIGUOUS_RESULTS, follow_inputs, operand_arguments
 
 aten = torch.ops.aten
 
@@ -37,10 +37,11 @@ class LoweringTable(dict):
     def __setitem__(self, op, fn) -> None:
         if torch.Tag.pointwise in op.tags and not op._schema.is_mutable and not hasattr(fn, "pair") \
                 and not getattr(fn, "dense_only", False) and not getattr(fn, "follows_inputs", False) \
-                and not any(a.name == "memory_format" for a in op._schema.arguments):
+                and not any(a.name == "memory_format" for a in op._schema.arguments) \
+                and op._name not in CONTIGUOUS_RESULTS:
             # Results laid out as TensorIterator lays them out (ops/layout.py); an op with a
             # memory_format argument (clone) lays its result out itself.
-            fn = follow_inputs(fn)
+            fn = follow_inputs(fn, operand_arguments(op._schema))
         super().__setitem__(op, fn)
         self.by_id[id(op)] = fn
         self.by_name[op._name] = fn
