@@ -86,6 +86,9 @@ SIZE_ONE_CASES = {
     "clamp": lambda t, o: t.clamp(min=0),
     "number to a power": lambda t, o: torch.pow(2, t),  # (ATen computes it out=: contiguous)
     "power of a number": lambda t, o: t ** 2,
+    "clone": lambda t, o: t.clone(),  # (a dense tensor's copy keeps its strides exactly)
+    "copy to another dtype": lambda t, o: t.to(torch.float64),
+    "complex copy": lambda t, o: t.to(torch.complex64).clone(),
 }
 
 

@@ -70,14 +70,10 @@ def new_tensor(node, dtype: torch.dtype, device) -> ZyxTensor:
 def laid_out(x, node, dtype, device, memory_format) -> ZyxTensor:
     """factory._laid_out for values that may be complex: a copy of ``x``'s layout in
     ``memory_format`` holding ``node``."""
-    if memory_format is torch.contiguous_format or (
-            memory_format in (None, torch.preserve_format) and x.is_contiguous()):
+    strides = factory.copy_strides(x, memory_format)
+    if strides is None:
         return new_tensor(node, dtype, device)
-    meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-    meta = meta.clone(memory_format=memory_format or torch.preserve_format)
-    if tuple(meta.stride()) == g.contiguous_strides(tuple(x.shape)):
-        return new_tensor(node, dtype, device)
-    out = factory.empty_storage(meta.shape, meta.stride(), dtype, device.index)
+    out = factory.empty_storage(tuple(x.shape), strides, dtype, device.index)
     write(out, node)
     return out
 

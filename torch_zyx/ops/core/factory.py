@@ -200,18 +200,27 @@ def device_put(x, device, non_blocking=False):
     return _to_copy(x, device=device, non_blocking=non_blocking)
 
 
-def _laid_out(x, node, dtype, device, memory_format):
-    """A new tensor holding ``node`` (``x``'s values) with the strides a copy of ``x`` in
-    ``memory_format`` has (preserve_format: ``x``'s layout when it is dense, as clone and
-    ``to`` give on CPU; channels_last: NHWC strides)."""
+def copy_strides(x, memory_format) -> tuple | None:
+    """The strides of a copy of ``x`` in ``memory_format`` as CPU torch's clone and ``to`` give
+    them (preserve_format: a dense tensor's own strides, those of size-1 dimensions too, which
+    later ops' layouts read; channels_last: NHWC strides), or None where they are contiguous."""
+    shape, strides = meta_of(x)[:2]
+    contiguous = g.contiguous_strides(shape)
     if memory_format is torch.contiguous_format or (
-            memory_format in (None, torch.preserve_format) and x.is_contiguous()):
-        return wrap(node, device)  # (the common case, without a meta tensor: casts in every step)
-    meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-    meta = meta.clone(memory_format=memory_format or torch.preserve_format)
-    if tuple(meta.stride()) == g.contiguous_strides(tuple(x.shape)):
+            memory_format in (None, torch.preserve_format) and strides == contiguous):
+        return None  # (the common case, without a meta tensor: casts in every step)
+    copied = torch.empty_strided(shape, strides, dtype=x.dtype, device="meta")
+    copied = copied.clone(memory_format=memory_format or torch.preserve_format)
+    return None if tuple(copied.stride()) == contiguous else tuple(copied.stride())
+
+
+def _laid_out(x, node, dtype, device, memory_format):
+    """A new tensor holding ``node`` (``x``'s values) with the strides of a copy of ``x`` in
+    ``memory_format`` (``copy_strides``)."""
+    strides = copy_strides(x, memory_format)
+    if strides is None:
         return wrap(node, device)
-    out = empty_storage(meta.shape, meta.stride(), dtype, device.index)
+    out = empty_storage(tuple(x.shape), strides, dtype, device.index)
     write(out, node)
     return out
 
