@@ -567,16 +567,15 @@ def _split_reduce(node: Node) -> Node:
     return g.reshape(total, node.shape)
 
 
-def rewrite(roots: list[Node], keep=None, order: list[Node] | None = None) -> tuple[list[Node], list | None]:
+def rewrite(roots: list[Node], keep=None, order: list[Node] | None = None) -> list[Node]:
     """The graph rewrites applied before kernelizing: composites expanded into primitives
     (lazy/composite.py) unless ``keep`` (the device's choice) keeps one whole, then large reduces
     split (each a pass, sources before users; the second sees the reduces the first made).
-    Returns the roots and, when nothing changed, ``order`` (``toposort(roots)``; else None)."""
+    ``order``: ``toposort(roots)`` where the caller has it; ``roots`` itself comes back when no
+    pass changed the graph (so that the caller's order still holds)."""
     expanded = g.rewrite_bottom_up(roots, lambda node: composite.expand(node, keep), composite.EXPANDED,
                                    order)
-    order = order if expanded is roots else None
-    split = g.rewrite_bottom_up(expanded, _split_reduce, g.REDUCE, order)
-    return split, order if split is expanded else None
+    return g.rewrite_bottom_up(expanded, _split_reduce, g.REDUCE, order if expanded is roots else None)
 
 
 def kernelize(roots: list[Node], signature: GraphSignature,
@@ -584,7 +583,8 @@ def kernelize(roots: list[Node], signature: GraphSignature,
     """The kernels of the graph ``roots`` for a device whose matmul register tile is ``tile``
     (None: matmul operands are read in place, never packed) and that computes the composite
     nodes ``keep`` accepts whole."""
-    rewritten, order = rewrite(roots, keep, g.toposort(roots))
-    roots, pinned = pack_matmul_operands(rewritten, tile, order)
-    order = order if roots is rewritten else None
-    return Kernelizer(roots, signature, pinned, merge_matmuls=tile is not None, order=order).build()
+    order = g.toposort(roots)
+    rewritten = rewrite(roots, keep, order)
+    packed, pinned = pack_matmul_operands(rewritten, tile, order if rewritten is roots else None)
+    order = order if packed is roots else None
+    return Kernelizer(packed, signature, pinned, merge_matmuls=tile is not None, order=order).build()

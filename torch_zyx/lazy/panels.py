@@ -82,7 +82,6 @@ def pack_matmul_operands(roots: list[Node], tile: MatmulTile | None = DEFAULT_TI
     return g.rewrite_bottom_up(roots, pack, g.REDUCE, order), frozenset(pinned)
 
 
-
 def _packed_reduce(node: Node, pinned: set[int], tile: MatmulTile) -> Node:
     rop, axes = node.arg
     src = node.srcs[0]

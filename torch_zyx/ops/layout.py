@@ -93,7 +93,7 @@ def _relaid(result: ZyxTensor, args, numbers: int = 0) -> ZyxTensor:
         node = g.reshape(value, shape)
     elif node.shape != shape:
         return result
-    stored = wrap(g.permute(node, tuple(order)), result._storage.device)
+    stored = wrap(g.permute(node, tuple(order)), storage.device)
     return ZyxTensor(stored._storage, shape, strides, 0)
 
 
